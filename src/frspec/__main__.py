@@ -1,0 +1,5 @@
+import sys
+
+from frspec.cli import main
+
+sys.exit(main())

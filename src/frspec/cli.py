@@ -1,0 +1,54 @@
+"""The `frspec` command. Each area registers its own subcommands; this module only dispatches and reports errors."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from frspec.errors import FrspecError
+
+# Modules that define `register(subparsers)`. Imported lazily per area so `frspec --help` stays fast and an area
+# under construction cannot break the others.
+_COMMAND_MODULES = [
+    "frspec.vocab.commands",
+    "frspec.spec.commands",
+    "frspec.models.commands",
+    "frspec.bench.commands",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="frspec",
+        description="Lossless speculative decoding with frequency-ranked (FR-Spec) drafting.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name == name:
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result = args.func(args)
+    except FrspecError as e:
+        print(f"frspec: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("frspec: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
