@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("frspec: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away; stop quietly like other Unix tools.
+        sys.stderr.close()
+        return 141
     return int(result or 0)
 
 
