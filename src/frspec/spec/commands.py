@@ -1,0 +1,107 @@
+"""`frspec generate`: generate from a target model, optionally sped up by a draft model and an FR-Spec token map."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from frspec.errors import FrspecError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "generate",
+        help="generate text with vanilla, draft-model or FR-Spec speculative decoding",
+        description="Lossless generation: the output is what the target alone would produce (greedy), or follows "
+        "its distribution exactly (sampling). Text streams to stdout with a stats line on stderr, or --json prints "
+        "one JSON object.",
+    )
+    p.add_argument("--target", required=True, help="target model: default-model name, HF directory, .gguf or hub id")
+    p.add_argument("--draft", help="draft model (same forms; must share the target's vocabulary)")
+    p.add_argument("--token-map", metavar="FILE", help="FR-Spec token map restricting the draft's LM head")
+    p.add_argument("--num-spec-tokens", type=int, default=4, metavar="K", help="drafted tokens per step (default: 4)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="the prompt text")
+    src.add_argument("--prompt-file", metavar="FILE", help="read the prompt from FILE ('-' for stdin)")
+    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="default: 128")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    p.add_argument("--top-p", type=float, default=1.0, help="top-p filter when sampling (1.0 = off)")
+    p.add_argument("--top-k", type=int, default=0, help="top-k filter when sampling (0 = off)")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: random)")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)")
+    p.add_argument("--raw", action="store_true", help="use the prompt as is, without the chat template")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
+                   help="model dtype (auto: bf16 on CPU)")
+    p.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    p.set_defaults(func=run_generate)
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt is not None:
+        return args.prompt
+    if args.prompt_file == "-":
+        return sys.stdin.read()
+    path = Path(args.prompt_file)
+    if not path.is_file():
+        raise FrspecError(f"prompt file not found: {path}")
+    return path.read_text(encoding="utf-8")
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    # Cheap checks first: nothing slow is loaded for a command that cannot run.
+    from frspec.spec.engine import build_generator, check_num_spec_tokens
+    from frspec.spec.sampling import SamplingParams
+
+    check_num_spec_tokens(args.num_spec_tokens)
+    if args.token_map and not args.draft:
+        raise FrspecError("--token-map restricts a draft model's LM head: give --draft too")
+    if args.token_map and not Path(args.token_map).is_file():
+        raise FrspecError(f"token map not found: {args.token_map}")
+    if args.max_new_tokens < 0:
+        raise FrspecError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    prompt = _read_prompt(args)
+
+    from frspec.models.loading import load_model, resolve_model_dir, set_threads, vocab_size_of
+    from frspec.models.tokenizer import load_tokenizer
+    from frspec.vocab.token_map import TokenMap
+
+    set_threads(args.threads)
+    # Default-model names and GGUF files resolve to cache directories that also hold the tokenizer.
+    target_dir = resolve_model_dir(args.target)
+    tokenizer = load_tokenizer(target_dir)
+    target = load_model(target_dir, dtype=args.dtype, device=args.device)
+    draft = load_model(resolve_model_dir(args.draft), dtype=args.dtype, device=args.device) if args.draft else None
+    token_map = TokenMap.load(args.token_map, vocab_size=vocab_size_of(target)) if args.token_map else None
+    generator = build_generator(target, draft, token_map, args.num_spec_tokens, tokenizer)
+
+    kwargs = dict(
+        prompt=prompt,
+        max_new_tokens=args.max_new_tokens,
+        sampling=sampling,
+        stop_strings=args.stop,
+        apply_chat_template=not args.raw,
+    )
+    if args.json:
+        out = generator.generate(**kwargs)
+        record = {
+            "method": generator.method,
+            "token_ids": out.token_ids,
+            "text": out.text,
+            "finish_reason": out.finish_reason,
+            "stats": out.stats.to_dict(),
+        }
+        print(json.dumps(record, ensure_ascii=False))
+        return 0
+    stream = generator.stream(**kwargs)
+    for piece in stream:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    print(f"[{generator.method}] {stream.output.stats.summary()}", file=sys.stderr)
+    return 0
