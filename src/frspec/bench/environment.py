@@ -1,0 +1,53 @@
+"""Where a benchmark ran: the commit and the machine, recorded beside every result so numbers stay comparable."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def git_commit(repo_dir: str | os.PathLike | None = None) -> str:
+    """The checked-out commit (with "-dirty" if the tree has changes), or "unknown" outside a git checkout."""
+    cwd = Path(repo_dir) if repo_dir is not None else Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd, capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{commit}-dirty" if dirty else commit or "unknown"
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (from /proc/cpuinfo on Linux), falling back to platform.processor()."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine_info() -> dict[str, Any]:
+    """Platform, CPU, core count, torch build and accelerator, as plain JSON-able values."""
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info

@@ -1,0 +1,202 @@
+"""The benchmark report: a terminal table, and the same results saved as JSON, CSV, Markdown and PNG plots.
+
+Every file goes through `atomic_path`, so an interrupted run leaves the previous report (or nothing), never half
+of one. The row dicts come from `frspec.bench.summary.summarize`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from frspec.bench.plots import plot_vs_map_size
+from frspec.io import atomic_path
+
+# (row key, column title) in table order: the FR-Spec PR's columns, then speedups, LM-head share and correctness.
+COLUMNS = [
+    ("label", "Method"),
+    ("num_spec_tokens", "Num Spec Tokens"),
+    ("token_map_size", "Token Map Size"),
+    ("acceptance_length", "Mean Acceptance Length"),
+    ("tokens_per_s", "Decoding Throughput (tokens/s)"),
+    ("total_time_s", "Total Time (s)"),
+    ("forward_ratio", "Forward Ratio"),
+    ("speedup_vs_vanilla", "Speedup vs Vanilla"),
+    ("speedup_vs_drafter", "Speedup vs Same Drafter w/o FR-Spec"),
+    ("lm_head_share", "Draft LM-Head Share"),
+    ("greedy_identical", "Greedy Identical"),
+]
+
+PLOTS = [
+    ("tokens_per_s", "Decoding throughput (tokens/s)", "throughput_vs_map_size.png"),
+    ("acceptance_length", "Mean acceptance length", "acceptance_vs_map_size.png"),
+]
+
+METHODOLOGY = """\
+- All methods run in one process on the same prompts (chat template applied) with the same max new tokens;
+  target and draft are loaded once. Each method has one short unmeasured warm-up generation. Methods are
+  interleaved per prompt and the starting method rotates from prompt to prompt.
+- Mean Acceptance Length: tokens emitted per target decode forward (prefill excluded), from totals over all
+  prompts. Vanilla is 1 by definition; a drafter proposing k tokens can reach at most k + 1.
+- Decoding Throughput: tokens emitted by decode steps / decode time (wall time minus prefill), from totals over
+  all prompts; the prefill is the same target work for every method. End-to-end tokens/s (prefill included) is
+  in the JSON and CSV. Total Time: wall time of all measured generations of the method, prefill included.
+- Forward Ratio: mean measured time of one drafter step over mean time of one target decode forward (from the
+  timed forwards themselves, not from parameter counts), so it falls when FR-Spec shrinks the draft LM head.
+- Speedups: ratios of decoding throughputs measured side by side in the same run. "Same drafter w/o FR-Spec" is
+  the draft model with the same num spec tokens over the full vocabulary. Per-prompt medians are in the JSON.
+- Draft LM-Head Share: time in the draft LM head / total drafting time.
+- Greedy Identical: whether each greedy output equals vanilla's token for token; otherwise the number of prompts
+  that differ. Each difference is listed with the target's top-1/top-2 logit margin at the first differing
+  position: bf16 forwards over 1 and k+1 rows round differently, so near-ties can flip; fp32/fp64 must match.
+"""
+
+
+def format_value(key: str, value: Any) -> str:
+    """How a row value is shown in the terminal and Markdown tables ("-" for not applicable)."""
+    if value is None:
+        return "-"
+    if key in ("speedup_vs_vanilla", "speedup_vs_drafter"):
+        return f"{value:.2f}x"
+    if key == "lm_head_share":
+        return f"{100 * value:.1f}%"
+    if key in ("acceptance_length", "forward_ratio"):
+        return f"{value:.2f}"
+    if key in ("tokens_per_s", "total_time_s"):
+        return f"{value:.2f}" if value < 100 else f"{value:.1f}"
+    return str(value)
+
+
+def table_cells(row: dict[str, Any]) -> list[str]:
+    """A row as table cells. The Method cell is the kind (vanilla/draft/fr-spec): depth and map size have columns."""
+    cells = [format_value(key, row.get(key)) for key, _ in COLUMNS]
+    cells[0] = str(row.get("method", cells[0]))
+    return cells
+
+
+def render_table(rows: Sequence[dict[str, Any]], title: str | None = None, console: Any = None) -> None:
+    """Print the results table to the terminal with rich.
+
+    Titles break at spaces onto several lines and cells never wrap or shrink, so numbers stay whole; when the
+    output is not a terminal (a log file, a pipe) the table gets the width it needs. The Method column shows the
+    kind (see `table_cells`).
+    """
+    import textwrap
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, header_style="bold")
+    body = [table_cells(row) for row in rows]
+    needed = 1
+    for i, (key, name) in enumerate(COLUMNS):
+        header = textwrap.wrap(name, width=12, break_on_hyphens=False)
+        width = max([len(line) for line in header] + [len(cells[i]) for cells in body])
+        needed += width + 3
+        table.add_column("\n".join(header), justify="left" if key == "label" else "right", no_wrap=True,
+                         min_width=width)
+    for cells in body:
+        table.add_row(*cells)
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=max(console.width, needed))
+    console.print(table)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    lines = [
+        "| " + " | ".join(name for _, name in COLUMNS) + " |",
+        "|" + "|".join(":---" if key == "label" else "---:" for key, _ in COLUMNS) + "|",
+    ]
+    for row in rows:
+        lines.append("| " + " | ".join(table_cells(row)) + " |")
+    return "\n".join(lines)
+
+
+def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> str:
+    """The whole report as Markdown: run metadata, the table, greedy differences, plots and methodology."""
+    meta = payload["meta"]
+    machine = meta.get("machine", {})
+    lines = [
+        "# frspec bench",
+        "",
+        f"- Commit: `{meta.get('commit', 'unknown')}`",
+        f"- Target: `{meta.get('target')}`; draft: `{meta.get('draft')}`; dtype: {meta.get('dtype')}; "
+        f"threads: {meta.get('threads')}",
+        f"- Machine: {machine.get('cpu', 'unknown')}, {machine.get('cores')} cores, {machine.get('platform')}"
+        + (f", GPU {machine['gpu']}" if machine.get("gpu") else ""),
+        f"- Prompts: {meta.get('num_prompts')} from {meta.get('dataset')}; max new tokens: "
+        f"{meta.get('max_new_tokens')}; decoding: {meta.get('decoding')}",
+        f"- Token maps: {meta.get('token_maps_source', '-')}",
+        f"- Measured run time: {meta.get('run_time_s', 0):.1f} s (warm-up {meta.get('warmup_time_s', 0):.1f} s)",
+        "",
+        markdown_table(payload["rows"]),
+        "",
+    ]
+    divergences = payload.get("divergences") or []
+    if divergences:
+        lines += ["## Greedy outputs that differ from vanilla", "",
+                  "| Method | Prompt | First Differing Position | Vanilla Token | Method Token | Target Top-2 Margin |",
+                  "|:---|:---|---:|---:|---:|---:|"]
+        for d in divergences:
+            lines.append(
+                f"| {d['method']} | {d['prompt_id']} | {d['position']} | {d['vanilla_token']} | "
+                f"{d['method_token']} | {d['top2_margin']:.4f} |"
+            )
+        lines.append("")
+    for name in plot_files:
+        lines += [f"![{name}]({name})", ""]
+    lines += ["## Methodology", "", METHODOLOGY]
+    return "\n".join(lines)
+
+
+def write_json(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+    return Path(path)
+
+
+def write_csv(path: str | os.PathLike, rows: Sequence[dict[str, Any]]) -> Path:
+    """All row fields, table columns first, raw numbers (no formatting)."""
+    keys = [key for key, _ in COLUMNS]
+    for row in rows:
+        keys += [k for k in row if k not in keys]
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in keys})
+    return Path(path)
+
+
+def write_markdown(path: str | os.PathLike, payload: dict[str, Any], plot_files: Sequence[str] = ()) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_text(markdown_report(payload, plot_files), encoding="utf-8")
+    return Path(path)
+
+
+def write_report(out_dir: str | os.PathLike, payload: dict[str, Any]) -> list[Path]:
+    """Write results.json, results.csv, results.md and the plots into out_dir; return the paths written.
+
+    payload has "meta" (run description), "rows" (one per method) and optionally "divergences" and "generations".
+    Plots are drawn only when there is at least one FR-Spec or draft row to put on them.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = payload["rows"]
+    written = []
+    plot_files = []
+    if any(r["method"] != "vanilla" for r in rows):
+        vocab_size = payload["meta"].get("vocab_size")
+        for metric, ylabel, name in PLOTS:
+            written.append(plot_vs_map_size(rows, metric, ylabel, out / name, vocab_size=vocab_size))
+            plot_files.append(name)
+    written.append(write_json(out / "results.json", payload))
+    written.append(write_csv(out / "results.csv", rows))
+    written.append(write_markdown(out / "results.md", payload, plot_files))
+    return written

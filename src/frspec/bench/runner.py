@@ -1,0 +1,204 @@
+"""Run every method on every prompt in one process, interleaved, and check greedy outputs against vanilla.
+
+Fairness rules, so that differences in the table come from the methods and not from the machine:
+  - target and draft are loaded once and shared by all methods;
+  - every method gets the same prompts (token ids) and the same max_new_tokens;
+  - each method has one short warm-up generation first, which is not measured;
+  - methods are interleaved per prompt (prompt 1: all methods, prompt 2: all methods, ...), and the starting
+    method rotates from prompt to prompt, so a slow spell of the machine is spread over all methods.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from frspec.bench.methods import VANILLA, Method
+from frspec.spec.sampling import SamplingParams
+from frspec.vocab.token_map import TokenMap
+
+
+@dataclass
+class Generation:
+    """One measured generation: which method on which prompt, what it produced, and the engine's stats."""
+
+    method: Method
+    prompt_id: str
+    prompt_tokens: int
+    token_ids: list[int]
+    stats: Any  # frspec.spec.stats.GenerationStats
+
+
+@dataclass
+class Divergence:
+    """Where a greedy speculative output first differs from vanilla's on the same prompt.
+
+    top2_margin is the target's logit gap between its best and second-best token at that position, computed with
+    one forward over the prompt plus the shared prefix. A small margin means a numerical near-tie (expected in
+    bf16, where a 1-row and a (k+1)-row forward round differently), a large one would mean a real bug. A token
+    of -1 means that output had already ended (EOS) at that position.
+    """
+
+    method: Method
+    prompt_id: str
+    position: int
+    vanilla_token: int
+    method_token: int
+    top2_margin: float
+
+
+@dataclass
+class BenchResult:
+    methods: list[Method]
+    prompt_ids: list[str]
+    generations: list[Generation]
+    divergences: list[Divergence]
+    greedy: bool
+    max_new_tokens: int
+    run_time_s: float = 0.0
+    warmup_time_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def generations_of(self, method: Method) -> list[Generation]:
+        return [g for g in self.generations if g.method == method]
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first position where a and b differ (a length mismatch counts), or None if equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@torch.inference_mode()
+def top2_margin(model: torch.nn.Module, input_ids: Sequence[int]) -> float:
+    """The model's logit gap between its top-1 and top-2 next token after input_ids (computed in float64)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(input_ids)], dtype=torch.long, device=device)
+    logits = model(input_ids=ids).logits[0, -1].double()
+    top = torch.topk(logits, 2).values
+    return float(top[0] - top[1])
+
+
+def _build_generators(methods, target, draft, tokenizer, token_maps: dict[int, TokenMap]):
+    """One generator per method. Methods with the same map share one drafter (and so one pruned LM-head copy):
+    they run one after another, and a drafter resets its state for every request."""
+    from frspec.spec.drafters import DraftModelDrafter
+    from frspec.spec.engine import build_generator
+
+    drafters: dict[int | None, DraftModelDrafter] = {}
+    generators = {}
+    for m in methods:
+        if m.kind == VANILLA:
+            generators[m] = build_generator(target, tokenizer=tokenizer)
+            continue
+        if m.token_map_size not in drafters:
+            token_map = token_maps[m.token_map_size] if m.token_map_size is not None else None
+            # build_generator runs the vocabulary and tokenizer checks before the pruned head is built.
+            drafters[m.token_map_size] = build_generator(
+                target, draft=draft, token_map=token_map, num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer
+            ).drafter
+        generators[m] = build_generator(
+            target, draft=drafters[m.token_map_size], num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer
+        )
+    return generators
+
+
+def _generate(generator, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams, device):
+    input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+    return generator.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, sampling=sampling)
+
+
+def run_benchmark(
+    target: torch.nn.Module,
+    draft: torch.nn.Module | None,
+    tokenizer: Any,
+    prompts: Sequence[tuple[str, list[int]]],
+    methods: Sequence[Method],
+    token_maps: dict[int, TokenMap],
+    max_new_tokens: int,
+    sampling: SamplingParams = SamplingParams(),
+    warmup_tokens: int = 8,
+    progress: bool = True,
+) -> BenchResult:
+    """Run `methods` on `prompts` (pairs of prompt id and chat-formatted token ids) and collect the results.
+
+    With sampling, each prompt gets its own seed (sampling.seed + prompt index), the same for every method. With
+    greedy decoding, every speculative output is compared to vanilla's and each difference is recorded with the
+    target's top-2 logit margin there; nothing is hidden or retried.
+    """
+    methods = list(methods)
+    if not prompts:
+        raise ValueError("no prompts to benchmark")
+    if len({pid for pid, _ in prompts}) != len(prompts):
+        raise ValueError("prompt ids must be unique: results are matched across methods by prompt id")
+    device = next(target.parameters()).device
+    generators = _build_generators(methods, target, draft, tokenizer, token_maps)
+
+    # The bar counts token budgets (warm-ups included), so its ETA weighs a long generation more than a short one.
+    warmup_tokens = min(warmup_tokens, max_new_tokens)
+    total = len(methods) * (warmup_tokens + len(prompts) * max_new_tokens)
+    bar = tqdm(total=total, desc="bench", unit="tok", disable=not progress, dynamic_ncols=True)
+    result = BenchResult(
+        methods=methods, prompt_ids=[p for p, _ in prompts], generations=[], divergences=[],
+        greedy=sampling.is_greedy, max_new_tokens=max_new_tokens,
+    )
+    try:
+        start = time.perf_counter()
+        warm_prompt = prompts[0][1]
+        for m in methods:
+            bar.set_postfix_str(f"warm-up {m.label}")
+            _generate(generators[m], warm_prompt, warmup_tokens, sampling, device)
+            bar.update(warmup_tokens)
+        result.warmup_time_s = time.perf_counter() - start
+
+        start = time.perf_counter()
+        for i, (prompt_id, prompt_ids) in enumerate(prompts):
+            params = sampling if sampling.seed is None else SamplingParams(
+                sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed + i
+            )
+            order = methods[i % len(methods):] + methods[: i % len(methods)]
+            for m in order:
+                bar.set_postfix_str(f"{prompt_id} {m.label}")
+                out = _generate(generators[m], prompt_ids, max_new_tokens, params, device)
+                result.generations.append(
+                    Generation(m, prompt_id, len(prompt_ids), list(out.token_ids), out.stats)
+                )
+                bar.update(max_new_tokens)
+        result.run_time_s = time.perf_counter() - start
+    finally:
+        bar.close()
+
+    if result.greedy:
+        result.divergences = find_divergences(target, result, dict(prompts))
+    return result
+
+
+def find_divergences(target: torch.nn.Module, result: BenchResult, prompt_tokens: dict[str, list[int]]) -> list[Divergence]:
+    """Compare each greedy speculative output to vanilla's on the same prompt; measure the target's margin."""
+    vanilla = {g.prompt_id: g.token_ids for g in result.generations if g.method.kind == VANILLA}
+    found = []
+    for g in result.generations:
+        if g.method.kind == VANILLA or g.prompt_id not in vanilla:
+            continue
+        ref = vanilla[g.prompt_id]
+        pos = first_difference(ref, g.token_ids)
+        if pos is None:
+            continue
+        prefix = prompt_tokens[g.prompt_id] + ref[:pos]
+        found.append(
+            Divergence(
+                method=g.method,
+                prompt_id=g.prompt_id,
+                position=pos,
+                vanilla_token=ref[pos] if pos < len(ref) else -1,
+                method_token=g.token_ids[pos] if pos < len(g.token_ids) else -1,
+                top2_margin=top2_margin(target, prefix),
+            )
+        )
+    return found

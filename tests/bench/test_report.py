@@ -1,0 +1,94 @@
+import csv
+import json
+
+import pytest
+
+from frspec.bench import report
+from frspec.bench.report import COLUMNS, format_value, markdown_table, render_table, write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _row(method, k=None, size=None, tps=10.0, greedy="yes"):
+    label = {"vanilla": "vanilla", "draft": f"draft k={k}", "fr-spec": f"fr-spec k={k} map={size}"}[method]
+    spec = method != "vanilla"
+    return {
+        "label": label, "method": method, "num_spec_tokens": k, "token_map_size": size,
+        "acceptance_length": 2.5 if spec else 1.0, "tokens_per_s": tps, "total_time_s": 12.345,
+        "forward_ratio": 0.31 if spec else None, "speedup_vs_vanilla": tps / 10.0 if spec else None,
+        "speedup_vs_drafter": 1.1 if method == "fr-spec" else None, "lm_head_share": 0.25 if spec else None,
+        "greedy_identical": greedy if spec else "reference", "tokens": 96,
+    }
+
+
+def _payload():
+    rows = [_row("vanilla"), _row("draft", 3, tps=15.0), _row("fr-spec", 3, 8, tps=17.0, greedy="1 differ"),
+            _row("fr-spec", 3, 32, tps=16.0), _row("draft", 1, tps=12.0), _row("fr-spec", 1, 8, tps=13.0)]
+    meta = {"commit": "abc123", "target": "t", "draft": "d", "dtype": "bfloat16", "threads": 2,
+            "machine": {"cpu": "Some CPU", "cores": 2, "platform": "Linux"}, "num_prompts": 2, "dataset": "mtbench",
+            "max_new_tokens": 16, "decoding": "greedy", "vocab_size": 64, "run_time_s": 3.0, "warmup_time_s": 1.0}
+    divergences = [{"method": "fr-spec k=3 map=8", "prompt_id": "p1", "position": 5, "vanilla_token": 7,
+                    "method_token": 9, "top2_margin": 0.0625}]
+    return {"meta": meta, "rows": rows, "divergences": divergences}
+
+
+def test_write_report_produces_json_csv_markdown_and_plots(tmp_path):
+    payload = _payload()
+    written = write_report(tmp_path / "out", payload)
+    names = sorted(p.name for p in written)
+    assert names == ["acceptance_vs_map_size.png", "results.csv", "results.json", "results.md",
+                     "throughput_vs_map_size.png"]
+    out = tmp_path / "out"
+    assert json.loads((out / "results.json").read_text()) == payload
+    with open(out / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["label"] for r in rows] == [r["label"] for r in payload["rows"]]
+    assert list(rows[0])[: len(COLUMNS)] == [k for k, _ in COLUMNS]
+    assert float(rows[2]["tokens_per_s"]) == 17.0 and rows[0]["forward_ratio"] == ""
+    md = (out / "results.md").read_text()
+    for _, title in COLUMNS:
+        assert title in md
+    assert "abc123" in md and "Some CPU" in md and "0.0625" in md and "1 differ" in md
+    assert "![throughput_vs_map_size.png](throughput_vs_map_size.png)" in md
+    for png in ("throughput_vs_map_size.png", "acceptance_vs_map_size.png"):
+        data = (out / png).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000
+    assert not list(out.glob(".*"))  # no temp files left behind
+
+
+def test_vanilla_only_report_has_no_plots(tmp_path):
+    payload = _payload()
+    payload["rows"] = payload["rows"][:1]
+    names = sorted(p.name for p in write_report(tmp_path, payload))
+    assert names == ["results.csv", "results.json", "results.md"]
+
+
+def test_failed_write_keeps_previous_file_and_leaves_no_temp(tmp_path, monkeypatch):
+    payload = _payload()
+    write_report(tmp_path, payload)
+    before = (tmp_path / "results.md").read_text()
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(report, "markdown_report", boom)
+    with pytest.raises(RuntimeError):
+        write_report(tmp_path, payload)
+    assert (tmp_path / "results.md").read_text() == before
+    assert not list(tmp_path.glob(".*"))
+
+
+def test_table_formatting(capsys):
+    assert format_value("speedup_vs_vanilla", 1.234) == "1.23x"
+    assert format_value("lm_head_share", 0.256) == "25.6%"
+    assert format_value("forward_ratio", None) == "-"
+    assert format_value("tokens_per_s", 123.456) == "123.5"
+    md = markdown_table(_payload()["rows"])
+    assert md.count("\n") == 1 + 6 and "| fr-spec | 3 | 8 | 2.50 | 17.00 | 12.35 | 0.31 | 1.70x | 1.10x | 25.0% | 1 differ |" in md
+    from rich.console import Console
+
+    console = Console(width=250, force_terminal=False)
+    render_table(_payload()["rows"], console=console)
+    out = capsys.readouterr().out
+    assert "Decoding" in out and "Throughput" in out and "1 differ" in out
+    assert "│ fr-spec │        3 │        32 │       2.50 │      16.00 │" in out

@@ -1,0 +1,190 @@
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from frspec.bench.datasets import encode_prompt
+from frspec.bench.methods import DRAFT, VANILLA, Method, plan_methods
+from frspec.bench.runner import BenchResult, Generation, find_divergences, first_difference, run_benchmark, top2_margin
+from frspec.bench.summary import summarize
+from frspec.cli import main
+from frspec.models.tokenizer import load_tokenizer
+from frspec.spec.sampling import SamplingParams
+from frspec.spec.stats import GenerationStats
+from frspec.vocab.counting import count_tokens
+from frspec.vocab.token_map import TokenMap
+
+from conftest import CORPUS, VOCAB
+
+
+def _load(tiny_dirs, dtype=torch.float64):
+    target_dir, draft_dir = tiny_dirs
+    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=dtype).eval()
+    draft = AutoModelForCausalLM.from_pretrained(draft_dir, dtype=dtype).eval()
+    return target, draft, load_tokenizer(str(target_dir))
+
+
+def _counts(tok):
+    return count_tokens(tok, CORPUS, vocab_size=VOCAB)
+
+
+def _prompts(tok):
+    texts = ["Write a travel story.", "Explain the math of a python list sum.", "Why is the fox quick?"]
+    return [(f"p{i}", encode_prompt(tok, text)) for i, text in enumerate(texts)]
+
+
+def test_first_difference():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2
+
+
+def test_run_benchmark_interleaves_methods_and_is_lossless_in_fp64(tiny_dirs):
+    target, draft, tok = _load(tiny_dirs)
+    counts = _counts(tok)
+    maps = {k: TokenMap.from_counts(counts, top_k=k) for k in (16, 64)}
+    methods = plan_methods([2], [16, 64])
+    prompts = _prompts(tok)
+    result = run_benchmark(target, draft, tok, prompts, methods, maps, max_new_tokens=20, progress=False)
+
+    assert len(result.generations) == len(prompts) * len(methods)
+    for i, (pid, ids) in enumerate(prompts):
+        block = result.generations[i * len(methods):(i + 1) * len(methods)]
+        assert {g.prompt_id for g in block} == {pid}  # interleaved: all methods on a prompt before the next
+        assert {g.method for g in block} == set(methods)
+        assert block[0].method == methods[i % len(methods)]  # the starting method rotates
+        assert all(g.prompt_tokens == len(ids) for g in block)
+        # Greedy fp64: every method emits exactly vanilla's tokens.
+        outputs = {tuple(g.token_ids) for g in block}
+        assert len(outputs) == 1 and len(next(iter(outputs))) > 0
+    assert result.divergences == []
+
+    rows = {r["label"]: r for r in summarize(result)}
+    # Decoding throughput: decode-step tokens over wall time after the prefill, from totals over prompts.
+    van = [g.stats for g in result.generations if g.method.kind == VANILLA]
+    expected = sum(s.decode_tokens for s in van) / sum(s.wall_time_s - s.prefill_time_s for s in van)
+    assert rows["vanilla"]["tokens_per_s"] == pytest.approx(expected)
+    assert rows["vanilla"]["tokens"] == sum(len(g.token_ids) for g in result.generations_of(Method(VANILLA)))
+    assert rows["vanilla"]["acceptance_length"] == pytest.approx(1.0)
+    assert rows["vanilla"]["forward_ratio"] is None and rows["vanilla"]["greedy_identical"] == "reference"
+    full = rows["draft k=2"]
+    assert 1.0 < full["acceptance_length"] <= 3.0
+    for label in ("draft k=2", "fr-spec k=2 map=16", "fr-spec k=2 map=64"):
+        row = rows[label]
+        assert row["greedy_identical"] == "yes"
+        assert row["forward_ratio"] > 0 and 0 < row["lm_head_share"] < 1
+        assert row["speedup_vs_vanilla"] == pytest.approx(row["tokens_per_s"] / rows["vanilla"]["tokens_per_s"])
+        assert row["tokens"] == rows["vanilla"]["tokens"]
+    assert rows["fr-spec k=2 map=16"]["speedup_vs_drafter"] == pytest.approx(
+        rows["fr-spec k=2 map=16"]["tokens_per_s"] / full["tokens_per_s"])
+    # A 16-id map cannot propose what the models say outside it, so it is accepted less than the full vocabulary.
+    assert rows["fr-spec k=2 map=16"]["acceptance_length"] < full["acceptance_length"]
+
+
+def test_divergence_records_position_and_target_margin(tiny_dirs):
+    target, _, tok = _load(tiny_dirs)
+    (pid, ids), = _prompts(tok)[:1]
+    vanilla_out = [5, 6, 7, 8]
+    other_out = [5, 6, 9, 8]
+    stats = GenerationStats(tokens=4, wall_time_s=1.0)
+    result = BenchResult(
+        methods=[Method(VANILLA), Method(DRAFT, 2)], prompt_ids=[pid],
+        generations=[Generation(Method(VANILLA), pid, len(ids), vanilla_out, stats),
+                     Generation(Method(DRAFT, 2), pid, len(ids), other_out, stats)],
+        divergences=[], greedy=True, max_new_tokens=4,
+    )
+    (d,) = find_divergences(target, result, {pid: ids})
+    assert (d.prompt_id, d.position, d.vanilla_token, d.method_token) == (pid, 2, 7, 9)
+    with torch.no_grad():
+        top = target(torch.tensor([ids + [5, 6]])).logits[0, -1].topk(2).values
+    assert d.top2_margin == pytest.approx(float(top[0] - top[1]))
+    assert d.top2_margin == pytest.approx(top2_margin(target, ids + [5, 6]))
+    result.divergences = [d]
+    assert summarize(result)[1]["greedy_identical"] == "1 differ"
+
+
+def test_sampling_gives_prompt_i_the_seed_plus_i(tiny_dirs):
+    from frspec.spec.engine import build_generator
+
+    target, _, tok = _load(tiny_dirs)
+    prompts = _prompts(tok)[:2]
+    sampling = SamplingParams(temperature=1.0, seed=7)
+    result = run_benchmark(target, None, tok, prompts, [Method(VANILLA)], {}, 12, sampling, progress=False)
+    for i, ((_, ids), g) in enumerate(zip(prompts, result.generations)):
+        direct = build_generator(target, tokenizer=tok).generate(
+            input_ids=ids, max_new_tokens=12, sampling=SamplingParams(temperature=1.0, seed=7 + i))
+        assert g.token_ids == direct.token_ids
+    assert not result.greedy and result.divergences == []
+    assert summarize(result)[0]["greedy_identical"] == "reference"
+
+
+def test_cli_bench_end_to_end(tiny_dirs, tmp_path, capsys):
+    target_dir, draft_dir = tiny_dirs
+    tok = load_tokenizer(str(target_dir))
+    counts_path = tmp_path / "counts.safetensors"
+    _counts(tok).save(counts_path)
+    out = tmp_path / "out"
+    threads = torch.get_num_threads()
+    code = main([
+        "bench", "--target", str(target_dir), "--draft", str(draft_dir), "--dtype", "fp64", "--threads", "1",
+        "--num-prompts", "2", "--max-new-tokens", "12", "--num-spec-tokens", "1,3", "--token-map-sizes", "16,64",
+        "--counts", str(counts_path), "--out", str(out), "--no-progress",
+    ])
+    torch.set_num_threads(threads)
+    assert code == 0
+    payload = json.loads((out / "results.json").read_text())
+    labels = [r["label"] for r in payload["rows"]]
+    assert labels == ["vanilla", "draft k=1", "fr-spec k=1 map=16", "fr-spec k=1 map=64",
+                      "draft k=3", "fr-spec k=3 map=16", "fr-spec k=3 map=64"]
+    assert all(r["greedy_identical"] in ("yes", "reference") for r in payload["rows"])
+    meta = payload["meta"]
+    assert meta["dtype"] == "float64" and meta["threads"] == 1 and meta["num_prompts"] == 2
+    assert meta["prompt_ids"] == ["mtbench-81", "mtbench-121"]  # MT-Bench writing and coding: spread out
+    assert meta["machine"]["cores"] and meta["commit"]
+    assert len(payload["generations"]) == 2 * 7
+    for name in ("results.csv", "results.md", "throughput_vs_map_size.png", "acceptance_vs_map_size.png"):
+        assert (out / name).stat().st_size > 0
+    table = capsys.readouterr().out
+    assert "Acceptance" in table and "fr-spec │        3 │        64 │" in table
+
+
+def test_cli_token_map_files_set_the_sizes(tiny_dirs, tmp_path):
+    target_dir, draft_dir = tiny_dirs
+    tok = load_tokenizer(str(target_dir))
+    counts = _counts(tok)
+    map_path = tmp_path / "map32.safetensors"
+    TokenMap.from_counts(counts, top_k=32).save(map_path)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"q": "w1 w2 w3"}\n{"q": "w4 w5"}\n')
+    out = tmp_path / "out"
+    assert main([
+        "bench", "--target", str(target_dir), "--draft", str(draft_dir), "--dtype", "fp32", "--quick",
+        "--dataset", str(prompts), "--field", "q", "--max-new-tokens", "6", "--token-map", str(map_path),
+        "--out", str(out), "--no-progress",
+    ]) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert [r["label"] for r in rows] == ["vanilla", "draft k=3", "fr-spec k=3 map=32"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--token-map-sizes", "16,500"], "token-map size 500 exceeds the model's vocabulary of 320"),
+        (["--num-prompts", "81"], "only 80"),
+        (["--dataset", "missing.jsonl"], "prompt file not found"),
+        (["--num-spec-tokens", "0"], "must be >= 1"),
+        (["--max-new-tokens", "0"], "must be >= 1"),
+        (["--dtype", "int8"], "unknown dtype"),
+    ],
+)
+def test_cli_bad_input_is_one_line_error(tiny_dirs, tmp_path, capsys, extra, message):
+    target_dir, draft_dir = tiny_dirs
+    counts_path = tmp_path / "counts.safetensors"
+    _counts(load_tokenizer(str(target_dir))).save(counts_path)
+    code = main(["bench", "--target", str(target_dir), "--draft", str(draft_dir), "--counts", str(counts_path),
+                 "--num-prompts", "1", "--max-new-tokens", "4", "--out", str(tmp_path / "o"), "--no-progress",
+                 "--token-map-sizes", "16", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "o" / "results.json").exists()
