@@ -1,4 +1,5 @@
-"""`frspec generate`: generate from a target model, optionally sped up by a draft model and an FR-Spec token map."""
+"""`frspec generate`: generate from a target model, optionally sped up by a draft model or an EAGLE head, token
+trees, and an FR-Spec token map."""
 
 from __future__ import annotations
 
@@ -20,8 +21,15 @@ def register(subparsers) -> None:
     )
     p.add_argument("--target", required=True, help="target model: default-model name, HF directory, .gguf or hub id")
     p.add_argument("--draft", help="draft model (same forms; must share the target's vocabulary)")
-    p.add_argument("--token-map", metavar="FILE", help="FR-Spec token map restricting the draft's LM head")
-    p.add_argument("--num-spec-tokens", type=int, default=4, metavar="K", help="drafted tokens per step (default: 4)")
+    p.add_argument("--eagle", metavar="HEAD", help="EAGLE-1/2 or EAGLE-3 head for the target (directory or hub id)")
+    p.add_argument("--token-map", metavar="FILE", help="FR-Spec token map restricting the draft's or head's LM head")
+    p.add_argument("--num-spec-tokens", type=int, default=4, metavar="K",
+                   help="drafted tokens per step, a chain (default: 4; the tree options replace it)")
+    p.add_argument("--tree-depth", type=int, metavar="D", help="draft token trees D levels deep")
+    p.add_argument("--tree-branching", type=int, metavar="B",
+                   help="children per node of a static tree (default 1), or a dynamic tree's top-k per level")
+    p.add_argument("--tree-budget", type=int, metavar="N",
+                   help="EAGLE-2 dynamic tree keeping the N best drafted nodes (needs --tree-branching)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="the prompt text")
     src.add_argument("--prompt-file", metavar="FILE", help="read the prompt from FILE ('-' for stdin)")
@@ -55,10 +63,21 @@ def run_generate(args: argparse.Namespace) -> int:
     # Cheap checks first: nothing slow is loaded for a command that cannot run.
     from frspec.spec.engine import build_generator, check_num_spec_tokens
     from frspec.spec.sampling import SamplingParams
+    from frspec.spec.tree import tree_shape_from_options
 
     check_num_spec_tokens(args.num_spec_tokens)
-    if args.token_map and not args.draft:
-        raise FrspecError("--token-map restricts a draft model's LM head: give --draft too")
+    if args.draft and args.eagle:
+        raise FrspecError("give --draft or --eagle, not both")
+    if args.token_map and not (args.draft or args.eagle):
+        raise FrspecError("--token-map restricts a draft model's LM head: give --draft (or --eagle) too")
+    tree = tree_shape_from_options(args.tree_depth, args.tree_branching, args.tree_budget)
+    if tree is not None and not (args.draft or args.eagle):
+        raise FrspecError("token trees are drafted by a drafter: give --draft or --eagle too")
+    eagle = None
+    if args.eagle:
+        from frspec.models.eagle_loading import resolve_head_dir
+
+        eagle = resolve_head_dir(args.eagle)  # a missing head fails here, before any model is loaded
     if args.token_map and not Path(args.token_map).is_file():
         raise FrspecError(f"token map not found: {args.token_map}")
     if args.max_new_tokens < 0:
@@ -77,7 +96,7 @@ def run_generate(args: argparse.Namespace) -> int:
     target = load_model(target_dir, dtype=args.dtype, device=args.device)
     draft = load_model(resolve_model_dir(args.draft), dtype=args.dtype, device=args.device) if args.draft else None
     token_map = TokenMap.load(args.token_map, vocab_size=vocab_size_of(target)) if args.token_map else None
-    generator = build_generator(target, draft, token_map, args.num_spec_tokens, tokenizer)
+    generator = build_generator(target, draft, token_map, args.num_spec_tokens, tokenizer, eagle=eagle, tree=tree)
 
     kwargs = dict(
         prompt=prompt,

@@ -3,9 +3,11 @@
 A drafter sees the accepted context and proposes draft tokens; the engine verifies them and then tells the drafter
 how much of the context survived (`rollback`). The drafter never decides acceptance and never sees the target.
 
-`Drafter` is the interface the engine codes against; `DraftModelDrafter` drafts a chain with an independent small
-causal LM, optionally through an FR-Spec `PrunedLMHead`. A tree drafter (several candidates per position) fits the
-same life cycle: reset -> prefill -> (propose -> rollback)*.
+`Drafter` is the interface the engine codes against; `DraftModelDrafter` drafts a chain or a token tree with an
+independent small causal LM, optionally through an FR-Spec `PrunedLMHead`. Tree drafting (several candidates per
+position, `propose_tree`) fits the same life cycle: reset -> prefill -> (propose or propose_tree -> rollback)*.
+Drafters that read the target's hidden states (EAGLE, spec/eagle_drafter.py) name them in `target_hidden_layers`
+and receive them through `observe_target`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from frspec.spec.cache import cache_length, enable_rollback, new_cache, truncate
 from frspec.spec.pruned_head import PrunedLMHead
 from frspec.spec.sampling import SamplingParams, logits_to_probs, sample
 from frspec.spec.timing import now
+from frspec.spec.tree import TokenTree, TreeShape, check_tree_support, expansion_inputs, grow_tree
 from frspec.vocab.token_map import TokenMap
 
 
@@ -52,6 +55,9 @@ class Drafter:
     """
 
     vocab_size: int  # the vocabulary the proposed ids belong to; must equal the target's
+    # Indices into the target's `hidden_states` output that the drafter reads (None: it reads none). The engine
+    # then asks the target for them in every forward and hands them over through `observe_target`.
+    target_hidden_layers: list[int] | None = None
     device: torch.device  # where proposals are computed; must be the target's device
 
     def __init__(self) -> None:
@@ -74,6 +80,16 @@ class Drafter:
     ) -> Draft:
         """Propose `num_tokens` tokens continuing `context` [1, length]."""
         raise NotImplementedError
+
+    def propose_tree(
+        self, context: torch.Tensor, shape: TreeShape, sampling: SamplingParams, generator: torch.Generator | None
+    ) -> TokenTree:
+        """Propose a token tree of `shape` whose root is the pending token context[0, -1] (see spec/tree.py)."""
+        raise FrspecError(f"{type(self).__name__} cannot draft token trees")
+
+    def observe_target(self, hidden_states, rows: torch.Tensor | None = None) -> None:
+        """Receive the target's hidden states (its `hidden_states` output) at `rows` of its last forward (default
+        all), for the positions that follow those already observed. Only called if `target_hidden_layers` is set."""
 
     def rollback(self, length: int) -> None:
         """Keep only state for the first `length` tokens of the context (the rest was rejected or is new)."""
@@ -102,7 +118,7 @@ def _check_plain_logits(model: torch.nn.Module) -> None:
 
 
 class DraftModelDrafter(Drafter):
-    """An independent draft causal LM proposing a chain, optionally restricted to a token map (FR-Spec).
+    """An independent draft causal LM proposing a chain or a tree, optionally restricted to a token map (FR-Spec).
 
     The drafter runs the model's base (no head), then applies the head to the last position only; with a token map
     the head is a `PrunedLMHead`, so only the map's k rows are ever multiplied and drafted indices are mapped back
@@ -171,8 +187,45 @@ class DraftModelDrafter(Drafter):
         self.time_s += now(self.device) - start
         return draft
 
+    def propose_tree(
+        self, context: torch.Tensor, shape: TreeShape, sampling: SamplingParams, generator: torch.Generator | None
+    ) -> TokenTree:
+        check_tree_support(self.model, "the draft model")
+        start = now(self.device)
+        n = context.shape[1]
+        inputs = context[:, cache_length(self.cache) :].to(self.device)
+        if inputs.shape[1] == 0:
+            raise ValueError("propose_tree() needs at least one token the drafter has not processed")
+        # Catch up to the root (the pending token) as in propose(); the tree's nodes then follow in the cache.
+        root_hidden = self.base(input_ids=inputs, cache=self.cache, use_cache=True).last_hidden_state[0, -1:]
+        self.steps += 1
+        cached: list[int] = []
+
+        def expand(tree: TokenTree, nodes: list[int]) -> torch.Tensor:
+            ids, pos, mask = expansion_inputs(tree, nodes, cached, n, dtype=root_hidden.dtype, device=self.device)
+            hidden = self.base(input_ids=ids, position_ids=pos, attention_mask=mask, cache=self.cache, use_cache=True)
+            cached.extend(nodes)
+            self.steps += 1
+            return self._timed_head(hidden.last_hidden_state[0])
+
+        tree = grow_tree(
+            int(context[0, -1]), self._timed_head(root_hidden)[0], shape, expand, sampling, generator,
+            draft_to_target=self.support, vocab_size=self.vocab_size,
+        )
+        # Forget the tree: rejected nodes must go, and accepted ones are cheaper to re-run with the next tokens
+        # than to pick out of the cache.
+        truncate_cache(self.cache, n)
+        self.time_s += now(self.device) - start
+        return tree
+
     def rollback(self, length: int) -> None:
         truncate_cache(self.cache, length)
+
+    def _timed_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        head_start = now(self.device)
+        logits = self.head(hidden)
+        self.lm_head_time_s += now(self.device) - head_start
+        return logits
 
     def _to_target(self, idx: torch.Tensor) -> torch.Tensor:
         return idx if self.support is None else self.support[idx]

@@ -4,23 +4,34 @@ Invariant between steps: `buf[:, :length]` holds prompt and accepted tokens; the
 been processed by the target yet, so the target cache covers `length - 1` tokens and the drafter's cache at most
 that. A step drafts after the pending token, runs the target once over [pending, drafts], verifies, and truncates
 both caches to the new `length - 1`. Vanilla decoding is the same loop with no drafts, so timings compare fairly.
+
+With a token tree (`tree=`, always for EAGLE) a step drafts a tree rooted at the pending token, runs the target once
+over all its nodes with a tree attention mask, verifies the tree, and keeps only the accepted path's cache entries
+(spec/tree.py, spec/tree_verify.py). A drafter that reads the target's hidden states gets them from the prefill and
+from each of these forwards, for the accepted positions: no extra target forward.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from typing import Generator, Iterable, Iterator, Sequence
 
 import torch
 
 from frspec.errors import FrspecError
 from frspec.spec.cache import enable_rollback, new_cache, truncate_cache
+from frspec.models.eagle import EagleHead
+from frspec.models.eagle_loading import load_eagle_head
 from frspec.models.loading import check_same_vocab, vocab_size_of
 from frspec.spec.drafters import Draft, Drafter, DraftModelDrafter, check_token_map
+from frspec.spec.eagle_drafter import EagleDrafter
 from frspec.spec.sampling import SamplingParams, logits_to_probs, make_generator
 from frspec.spec.stats import GenerationStats
 from frspec.spec.stopping import TextTracker, as_id_set, default_eos_ids
 from frspec.spec.timing import now
+from frspec.spec.tree import TokenTree, TreeShape, check_tree_support, keep_cache_entries
+from frspec.spec.tree_verify import verify_tree
 from frspec.spec.verify import verify_greedy, verify_sampling
 from frspec.vocab.token_map import TokenMap
 
@@ -68,7 +79,9 @@ class SpeculativeGenerator:
     """Lossless generation from `target`, sped up by `drafter` (None: vanilla decoding through the same loop).
 
     Greedy output is token-for-token the target's greedy output; sampled output follows the target's distribution
-    exactly (speculative sampling). One request at a time (batch size 1).
+    exactly (speculative sampling). One request at a time (batch size 1). `tree` drafts token trees instead of
+    chains; a drafter that reads the target's hidden states (EAGLE) always drafts trees, a chain of
+    num_spec_tokens by default.
     """
 
     def __init__(
@@ -77,6 +90,7 @@ class SpeculativeGenerator:
         drafter: Drafter | None = None,
         tokenizer=None,
         num_spec_tokens: int = 4,
+        tree: TreeShape | None = None,
     ):
         check_num_spec_tokens(num_spec_tokens)
         self.target = target
@@ -85,6 +99,15 @@ class SpeculativeGenerator:
         self.num_spec_tokens = num_spec_tokens
         self.vocab_size = vocab_size_of(target)
         self.device = next(target.parameters()).device
+        self.dtype = next(target.parameters()).dtype
+        self.hidden_layers = drafter.target_hidden_layers if drafter is not None else None
+        if tree is None and self.hidden_layers is not None:
+            tree = TreeShape.chain(num_spec_tokens)
+        if tree is not None:
+            if drafter is None:
+                raise FrspecError("a token tree is drafted by a drafter: give a draft model or an EAGLE head")
+            check_tree_support(target, "the target")
+        self.tree = tree
         if drafter is not None:
             if drafter.vocab_size != self.vocab_size:
                 raise FrspecError(
@@ -97,10 +120,13 @@ class SpeculativeGenerator:
 
     @property
     def method(self) -> str:
-        """"vanilla", "draft" or "fr-spec" (a drafter with a token map)."""
+        """"vanilla", "draft" or "fr-spec" (a drafter with a token map); "eagle" or "eagle+fr-spec" for EAGLE."""
         if self.drafter is None:
             return "vanilla"
-        return "fr-spec" if getattr(self.drafter, "token_map", None) is not None else "draft"
+        mapped = getattr(self.drafter, "token_map", None) is not None
+        if isinstance(self.drafter, EagleDrafter):
+            return "eagle+fr-spec" if mapped else "eagle"
+        return "fr-spec" if mapped else "draft"
 
     def generate(
         self,
@@ -253,9 +279,13 @@ class SpeculativeGenerator:
         return ids
 
     def _new_stats(self, prompt_tokens: int) -> GenerationStats:
-        k = self.num_spec_tokens if self.drafter is not None else 0
+        k = 0 if self.drafter is None else self.tree.depth if self.tree is not None else self.num_spec_tokens
         return GenerationStats(
-            prompt_tokens=prompt_tokens, num_spec_tokens=k, accepted_per_position=[0] * k, proposed_per_position=[0] * k
+            prompt_tokens=prompt_tokens,
+            num_spec_tokens=k,
+            accepted_per_position=[0] * k,
+            proposed_per_position=[0] * k,
+            tree=self.tree.describe() if self.tree is not None else "",
         )
 
     def _start(
@@ -272,8 +302,13 @@ class SpeculativeGenerator:
     def _prefill(self, req: _Request) -> list[int]:
         start = now(self.device)
         n = req.length
-        out = self.target(input_ids=req.buf[:, :n], cache=req.cache, use_cache=True, logits_to_keep=1)
+        out = self.target(
+            input_ids=req.buf[:, :n], cache=req.cache, use_cache=True, logits_to_keep=1,
+            output_hidden_states=self.hidden_layers,
+        )
         enable_rollback(req.cache)
+        if self.hidden_layers is not None:
+            self.drafter.observe_target(out.hidden_states)
         _, first = self._verify(out.logits[0, -1:], None, req)
         req.buf[0, n] = first
         req.length = n + 1
@@ -284,6 +319,8 @@ class SpeculativeGenerator:
 
     @torch.inference_mode()
     def _step(self, req: _Request, remaining: int) -> list[int]:
+        if self.tree is not None:
+            return self._tree_step(req, remaining)
         n = req.length
         # Drafts beyond the token budget could never be emitted: draft at most remaining - 1 (the target adds one).
         k = min(self.num_spec_tokens, remaining - 1) if self.drafter is not None else 0
@@ -302,9 +339,41 @@ class SpeculativeGenerator:
         truncate_cache(req.cache, req.length - 1)
         if self.drafter is not None:
             self.drafter.rollback(req.length - 1)
-        for i in range(k):
-            req.stats.proposed_per_position[i] += 1
-            req.stats.accepted_per_position[i] += int(i < accepted)
+        if k > 0:
+            req.stats.record_step(k, accepted, k)
+        return new
+
+    def _tree_step(self, req: _Request, remaining: int) -> list[int]:
+        n = req.length
+        past = n - 1  # the target cache holds everything but the pending token, the tree's root
+        # As for chains, never draft deeper than the token budget could emit.
+        depth = min(self.tree.depth, remaining - 1)
+        if depth >= 1:
+            shape = replace(self.tree, depth=depth)
+            tree = self.drafter.propose_tree(req.buf[:, :n], shape, req.sampling, req.generator)
+        else:
+            tree = TokenTree.from_root(int(req.buf[0, n - 1]))
+        start = now(self.device)
+        out = self.target(
+            input_ids=tree.tokens_tensor(self.device)[None],
+            cache=req.cache,
+            use_cache=True,
+            attention_mask=tree.attention_mask(past, dtype=self.dtype, device=self.device),
+            position_ids=tree.position_ids(past, device=self.device),
+            output_hidden_states=self.hidden_layers,
+        )
+        req.stats.target_time_s += now(self.device) - start
+        req.stats.target_forwards += 1
+        verdict = verify_tree(tree, out.logits[0], req.sampling, req.generator)
+        keep_cache_entries(req.cache, past, verdict.path)
+        if self.hidden_layers is not None:
+            self.drafter.observe_target(out.hidden_states, torch.tensor(verdict.path, device=self.device))
+        new = verdict.tokens
+        req.buf[0, n : n + len(new)] = torch.tensor(new, dtype=torch.long)
+        req.length = n + len(new)
+        self.drafter.rollback(req.length - 1)
+        if depth >= 1:
+            req.stats.record_step(depth, verdict.num_accepted, tree.num_drafts)
         return new
 
     def _verify(self, logits: torch.Tensor, draft: Draft | None, req: _Request) -> tuple[int, int]:
@@ -319,14 +388,25 @@ def build_generator(
     token_map: TokenMap | None = None,
     num_spec_tokens: int = 4,
     tokenizer=None,
+    eagle: EagleHead | str | os.PathLike | None = None,
+    tree: TreeShape | None = None,
 ) -> SpeculativeGenerator:
-    """A generator for the usual methods: vanilla (no draft), draft model, or draft model + FR-Spec token map.
+    """A generator for the usual methods: vanilla (no draft), draft model, or draft model + FR-Spec token map;
+    or an EAGLE head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a map.
 
+    `tree` drafts token trees (chain, static or dynamic, see TreeShape) instead of num_spec_tokens chains.
     Every check (depth, vocabularies, map size) runs before the pruned head is built.
     """
     check_num_spec_tokens(num_spec_tokens)
     drafter = None
-    if draft is None:
+    if eagle is not None:
+        if draft is not None:
+            raise FrspecError("give a draft model or an EAGLE head, not both")
+        if token_map is not None:
+            check_token_map(token_map, vocab_size_of(target), "the target model", tokenizer)
+        head = eagle if isinstance(eagle, EagleHead) else load_eagle_head(eagle, target)
+        drafter = EagleDrafter(head, int(target.config.num_hidden_layers), token_map)
+    elif draft is None:
         if token_map is not None:
             raise FrspecError("a token map restricts a drafter's LM head: give a draft model too")
     elif isinstance(draft, Drafter):
@@ -338,4 +418,4 @@ def build_generator(
         if token_map is not None:
             check_token_map(token_map, vocab_size, "the target model", tokenizer)
         drafter = DraftModelDrafter(draft, token_map)
-    return SpeculativeGenerator(target, drafter, tokenizer, num_spec_tokens)
+    return SpeculativeGenerator(target, drafter, tokenizer, num_spec_tokens, tree)

@@ -26,9 +26,12 @@ class GenerationStats:
     decode_tokens: int = 0  # of which emitted by decode steps
     target_forwards: int = 0  # decode forwards of the target (prefill excluded)
     draft_steps: int = 0  # drafter forwards while proposing (prefill excluded)
-    num_spec_tokens: int = 0  # draft length per step (0 for vanilla)
+    num_spec_tokens: int = 0  # draft length per step, a tree's depth (0 for vanilla)
     accepted_per_position: list[int] = field(default_factory=list)  # steps whose draft position i was accepted
     proposed_per_position: list[int] = field(default_factory=list)  # steps that drafted position i
+    tree: str = ""  # the draft tree's shape (TreeShape.describe()) when drafting trees; "" for plain chains
+    draft_tokens: int = 0  # drafted tokens (tree nodes) the target verified, over all decode steps
+    accepted_depth_histogram: list[int] = field(default_factory=list)  # [m]: decode steps accepting m drafts
     prefill_time_s: float = 0.0  # target and drafter prefill, and the first token
     target_time_s: float = 0.0  # decode forwards of the target
     draft_time_s: float = 0.0  # drafter time spent proposing
@@ -44,6 +47,8 @@ class GenerationStats:
                 a, b = getattr(total, f.name), getattr(s, f.name)
                 if f.name == "num_spec_tokens":
                     setattr(total, f.name, max(a, b))
+                elif isinstance(a, str):
+                    setattr(total, f.name, a or b)
                 elif isinstance(a, list):
                     width = max(len(a), len(b))
                     a, b = a + [0] * (width - len(a)), b + [0] * (width - len(b))
@@ -51,6 +56,17 @@ class GenerationStats:
                 else:
                     setattr(total, f.name, a + b)
         return total
+
+    def record_step(self, drafted_depth: int, accepted: int, draft_tokens: int) -> None:
+        """Count one decode step that drafted positions 0..drafted_depth-1 (with `draft_tokens` tokens in all: a
+        chain's length or a tree's node count) and accepted the first `accepted` of them."""
+        for i in range(drafted_depth):
+            self.proposed_per_position[i] += 1
+            self.accepted_per_position[i] += int(i < accepted)
+        if len(self.accepted_depth_histogram) <= accepted:
+            self.accepted_depth_histogram.extend([0] * (accepted + 1 - len(self.accepted_depth_histogram)))
+        self.accepted_depth_histogram[accepted] += 1
+        self.draft_tokens += draft_tokens
 
     @property
     def acceptance_length(self) -> float | None:
@@ -117,6 +133,9 @@ class GenerationStats:
             f"{self.target_forwards} target forwards",
             f"acceptance length {fmt(self.acceptance_length, '.2f')}",
         ]
+        if self.tree:
+            hist = "/".join(str(c) for c in self.accepted_depth_histogram)
+            parts.append(f"tree {self.tree}, accepted depths 0/1/.. {hist}")
         if self.num_spec_tokens:
             parts.append(f"forward ratio {fmt(self.forward_ratio, '.3f')}")
             parts.append(f"draft LM head share {fmt(self.lm_head_share, '.1%')}")
