@@ -1,10 +1,18 @@
 """Tiny real-architecture models and a word-level tokenizer with a chat template, saved to temp dirs, so the
 benchmark runs end to end in seconds without any real model."""
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+# The engine's and loader's tiny EAGLE heads (eagle_tiny, eagle_layouts) are reused here, not duplicated. Appended, so
+# this directory's own modules (conftest) still win.
+for _shared in ("spec", "models"):
+    sys.path.append(str(Path(__file__).resolve().parents[1] / _shared))
 
 VOCAB = 320
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -42,6 +50,15 @@ def make_model(seed: int, layers: int) -> Qwen2ForCausalLM:
     )
     # Untied: with tied random embeddings the model mostly repeats its input token, which makes a poor test.
     return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models run fastest, and least disturbed by other processes' load, on one thread (20x here)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -34,3 +34,47 @@ def test_method_fields_must_match_kind():
         Method(DRAFT, 3, 8)
     with pytest.raises(ValueError):
         Method("medusa", 3)
+
+
+def test_plan_with_draft_trees_and_eagle_shapes():
+    from frspec.spec.tree import TreeShape
+
+    methods = plan_methods(
+        [3], [8], draft_tree_shapes=[TreeShape.static(2, 2), TreeShape.chain(3)],
+        eagle_tree_shapes=[TreeShape.chain(4), TreeShape.dynamic(5, 4, 24)], eagle_token_map_sizes=[16],
+    )
+    assert [m.label for m in methods] == [
+        "vanilla",
+        "draft k=3", "fr-spec k=3 map=8",  # the draft tree "chain-3" is this plain chain, not repeated
+        "draft tree 2x2", "fr-spec tree 2x2 map=8",
+        "eagle chain-4", "eagle+fr-spec chain-4 map=16",
+        "eagle dyn d5 k4 n24", "eagle+fr-spec dyn d5 k4 n24 map=16",
+    ]
+    assert [m.tree_label for m in methods] == [
+        None, "chain-3", "chain-3", "tree 2x2", "tree 2x2", "chain-4", "chain-4", "dyn d5 k4 n24", "dyn d5 k4 n24"]
+    assert [m.num_spec_tokens for m in methods[1:]] == [3, 3, 2, 2, 4, 4, 5, 5]
+    # FR-Spec is judged against the same drafter and shape without a map.
+    assert methods[4].same_drafter_without_frspec == methods[3]
+    assert methods[6].same_drafter_without_frspec == methods[5]
+    assert methods[8].same_drafter_without_frspec == methods[7]
+    assert methods[5].same_drafter_without_frspec is None
+    assert methods[1].tree is None and methods[5].tree == TreeShape.chain(4)
+    # Without a draft model only the EAGLE rows remain.
+    eagle_only = plan_methods([3], [8], has_draft=False, eagle_tree_shapes=[TreeShape.chain(2)])
+    assert [m.label for m in eagle_only] == ["vanilla", "eagle chain-2"]
+
+
+def test_eagle_and_tree_methods_are_validated():
+    from frspec.bench.methods import EAGLE, EAGLE_FRSPEC
+    from frspec.spec.tree import TreeShape
+
+    with pytest.raises(ValueError):
+        Method(EAGLE, 4)  # EAGLE always names its shape
+    with pytest.raises(ValueError):
+        Method(EAGLE_FRSPEC, 4, tree=TreeShape.chain(4))  # no map
+    with pytest.raises(ValueError):
+        Method(EAGLE, 3, tree=TreeShape.chain(4))  # depth mismatch
+    with pytest.raises(ValueError):
+        Method(DRAFT, 4, tree=TreeShape.chain(4))  # a draft chain is tree=None
+    with pytest.raises(FrspecError):
+        plan_methods([3], [8], eagle_tree_shapes=[TreeShape.chain(2)], eagle_token_map_sizes=[16, 16])

@@ -9,14 +9,16 @@ from frspec.bench.report import COLUMNS, format_value, markdown_table, render_ta
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _row(method, k=None, size=None, tps=10.0, greedy="yes"):
-    label = {"vanilla": "vanilla", "draft": f"draft k={k}", "fr-spec": f"fr-spec k={k} map={size}"}[method]
+def _row(method, k=None, size=None, tps=10.0, greedy="yes", tree=None):
+    tree = tree or (f"chain-{k}" if k else None)
+    label = {"vanilla": "vanilla", "draft": f"draft k={k}", "fr-spec": f"fr-spec k={k} map={size}",
+             "eagle": f"eagle {tree}", "eagle+fr-spec": f"eagle+fr-spec {tree} map={size}"}[method]
     spec = method != "vanilla"
     return {
-        "label": label, "method": method, "num_spec_tokens": k, "token_map_size": size,
+        "label": label, "method": method, "tree": tree, "num_spec_tokens": k, "token_map_size": size,
         "acceptance_length": 2.5 if spec else 1.0, "tokens_per_s": tps, "total_time_s": 12.345,
         "forward_ratio": 0.31 if spec else None, "speedup_vs_vanilla": tps / 10.0 if spec else None,
-        "speedup_vs_drafter": 1.1 if method == "fr-spec" else None, "lm_head_share": 0.25 if spec else None,
+        "speedup_vs_drafter": 1.1 if method.endswith("fr-spec") else None, "lm_head_share": 0.25 if spec else None,
         "greedy_identical": greedy if spec else "reference", "tokens": 96,
     }
 
@@ -84,11 +86,71 @@ def test_table_formatting(capsys):
     assert format_value("forward_ratio", None) == "-"
     assert format_value("tokens_per_s", 123.456) == "123.5"
     md = markdown_table(_payload()["rows"])
-    assert md.count("\n") == 1 + 6 and "| fr-spec | 3 | 8 | 2.50 | 17.00 | 12.35 | 0.31 | 1.70x | 1.10x | 25.0% | 1 differ |" in md
+    assert md.count("\n") == 1 + 6 and (
+        "| fr-spec | chain-3 | 3 | 8 | 2.50 | 17.00 | 12.35 | 0.31 | 1.70x | 1.10x | 25.0% | 1 differ |") in md
     from rich.console import Console
 
     console = Console(width=250, force_terminal=False)
     render_table(_payload()["rows"], console=console)
     out = capsys.readouterr().out
     assert "Decoding" in out and "Throughput" in out and "1 differ" in out
-    assert "│ fr-spec │        3 │        32 │       2.50 │      16.00 │" in out
+    assert "│ fr-spec │ chain-3 │        3 │        32 │       2.50 │      16.00 │" in out
+
+
+def _eagle_payload():
+    """A main table (1.5B-like target) and an EAGLE table on its own target, as `frspec bench --eagle` writes."""
+    payload = _payload()
+    main = [{"target": "big", **r} for r in payload["rows"][:3]]
+    eagle = [{"target": "small", **r} for r in [
+        _row("vanilla", tps=20.0), _row("eagle", 4, tps=30.0), _row("eagle+fr-spec", 4, 32, tps=33.0),
+        _row("eagle", 5, tps=35.0, tree="dyn d5 k4 n16"),
+        _row("eagle+fr-spec", 5, 32, tps=36.0, tree="dyn d5 k4 n16", greedy="2 differ")]]
+    payload["rows"] = main + eagle
+    payload["meta"].update(
+        eagle_head="default", eagle_target="small",
+        sections=[{"target": "big", "token_maps_source": "counts A"},
+                  {"target": "small", "token_maps_source": "counts B"}],
+    )
+    payload["divergences"][0]["target"] = "big"
+    return payload
+
+
+def test_report_with_eagle_rows_has_a_table_per_target_and_the_tree_column(tmp_path, capsys):
+    payload = _eagle_payload()
+    write_report(tmp_path, payload)
+    md = (tmp_path / "results.md").read_text()
+    assert "| Method | Tree | Num Spec Tokens |" in md
+    big, small = md.index("### Target `big`"), md.index("### Target `small`")
+    assert big < md.index("| fr-spec | chain-3 | 3 | 8 |") < small
+    assert small < md.index("| eagle+fr-spec | dyn d5 k4 n16 | 5 | 32 | 2.50 | 36.00 |")
+    assert md.count("| vanilla | - | - | - |") == 2
+    assert "- EAGLE head: `default` on target `small`" in md
+    assert "Token maps (target `big`): counts A" in md and "Token maps (target `small`): counts B" in md
+    assert "| big | fr-spec k=3 map=8 | p1 | 5 |" in md  # divergences name their target
+    with open(tmp_path / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["tree"] for r in rows[3:]] == ["", "chain-4", "chain-4", "dyn d5 k4 n16", "dyn d5 k4 n16"]
+    assert [r["target"] for r in rows] == ["big"] * 3 + ["small"] * 5
+    for png in ("throughput_vs_map_size.png", "acceptance_vs_map_size.png"):
+        assert (tmp_path / png).read_bytes().startswith(PNG_MAGIC)
+
+
+def test_plot_has_one_line_per_drafter_and_shape(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    from frspec.bench import plots
+
+    lines = {}
+    original = matplotlib.axes.Axes.plot
+
+    def spy(self, xs, ys, *args, **kwargs):
+        lines[kwargs["label"]] = (list(xs), list(ys))
+        return original(self, xs, ys, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    plots.plot_vs_map_size(_eagle_payload()["rows"], "tokens_per_s", "tok/s", tmp_path / "p.png", vocab_size=64)
+    assert lines == {
+        "big: draft chain-3": ([8, 64], [17.0, 15.0]),
+        "small: eagle chain-4": ([32, 64], [33.0, 30.0]),
+        "small: eagle dyn d5 k4 n16": ([32, 64], [36.0, 35.0]),
+    }

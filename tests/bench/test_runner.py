@@ -146,7 +146,7 @@ def test_cli_bench_end_to_end(tiny_dirs, tmp_path, capsys):
     for name in ("results.csv", "results.md", "throughput_vs_map_size.png", "acceptance_vs_map_size.png"):
         assert (out / name).stat().st_size > 0
     table = capsys.readouterr().out
-    assert "Acceptance" in table and "fr-spec │        3 │        64 │" in table
+    assert "Acceptance" in table and "fr-spec │ chain-3 │        3 │        64 │" in table
 
 
 def test_cli_token_map_files_set_the_sizes(tiny_dirs, tmp_path):

@@ -1,72 +1,129 @@
-"""The decoding methods a benchmark compares: vanilla, a draft model, and the same draft model with FR-Spec maps."""
+"""The decoding methods a benchmark compares: vanilla, a draft model, an EAGLE head, each drafter with FR-Spec maps.
+
+A drafter drafts a chain or a token tree (frspec.spec.tree.TreeShape). A draft model's plain chain of k tokens is
+`tree=None` (the engine's chain step, as before trees existed); its static and dynamic trees, and every EAGLE
+shape including chains, carry their TreeShape.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
 
+from frspec.bench.tree_shapes import tree_label
 from frspec.errors import FrspecError
+from frspec.spec.tree import TreeShape
 
 VANILLA = "vanilla"
 DRAFT = "draft"
 FRSPEC = "fr-spec"
+EAGLE = "eagle"
+EAGLE_FRSPEC = "eagle+fr-spec"
+KINDS = (VANILLA, DRAFT, FRSPEC, EAGLE, EAGLE_FRSPEC)
+EAGLE_KINDS = (EAGLE, EAGLE_FRSPEC)
+# The same drafter with a token map (FR-Spec) and over its full vocabulary.
+WITH_MAP = {DRAFT: FRSPEC, EAGLE: EAGLE_FRSPEC}
+WITHOUT_MAP = {v: k for k, v in WITH_MAP.items()}
 
 
 @dataclass(frozen=True)
 class Method:
     """One row of the benchmark table.
 
-    kind is "vanilla" (target only), "draft" (draft model over the full vocabulary) or "fr-spec" (the same draft
-    model with its LM head restricted to a token map of token_map_size ids).
+    kind is "vanilla" (target only), "draft" (draft model over the full vocabulary), "fr-spec" (the same draft
+    model with its LM head restricted to a token map of token_map_size ids), "eagle" (an EAGLE head) or
+    "eagle+fr-spec" (the head with a token map). num_spec_tokens is the drafted depth; `tree` the shape drafted,
+    None for a draft model's plain chain.
     """
 
     kind: str
     num_spec_tokens: int | None = None
     token_map_size: int | None = None
+    tree: TreeShape | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in (VANILLA, DRAFT, FRSPEC):
+        if self.kind not in KINDS:
             raise ValueError(f"unknown method kind {self.kind!r}")
         if (self.kind == VANILLA) != (self.num_spec_tokens is None):
             raise ValueError("num_spec_tokens is set exactly for the speculative methods")
-        if (self.kind == FRSPEC) != (self.token_map_size is not None):
+        if (self.kind in WITHOUT_MAP) != (self.token_map_size is not None):
             raise ValueError("token_map_size is set exactly for fr-spec methods")
+        if self.kind == VANILLA and self.tree is not None:
+            raise ValueError("vanilla drafts no tree")
+        if self.kind in EAGLE_KINDS and self.tree is None:
+            raise ValueError("EAGLE methods draft trees: give the shape (TreeShape.chain for a chain)")
+        if self.kind in (DRAFT, FRSPEC) and self.tree is not None and self.tree.kind == "chain":
+            raise ValueError("a draft model's chain is tree=None with num_spec_tokens")
+        if self.tree is not None and self.tree.depth != self.num_spec_tokens:
+            raise ValueError("num_spec_tokens must be the tree's depth")
+
+    @classmethod
+    def drafting(cls, kind: str, shape: TreeShape, token_map_size: int | None = None) -> Method:
+        """A speculative method drafting `shape`; a draft model's chain becomes its plain chain (tree=None)."""
+        plain_chain = kind in (DRAFT, FRSPEC) and shape.kind == "chain"
+        return cls(kind, shape.depth, token_map_size, None if plain_chain else shape)
+
+    @property
+    def tree_label(self) -> str | None:
+        """The drafted shape as the Tree column shows it ("chain-4", "tree 3x2", "dyn d5 k4 n24"); None for vanilla."""
+        if self.kind == VANILLA:
+            return None
+        return tree_label(self.tree) if self.tree is not None else f"chain-{self.num_spec_tokens}"
 
     @property
     def label(self) -> str:
         if self.kind == VANILLA:
             return VANILLA
-        if self.kind == DRAFT:
-            return f"draft k={self.num_spec_tokens}"
-        return f"fr-spec k={self.num_spec_tokens} map={self.token_map_size}"
+        shape = f"k={self.num_spec_tokens}" if self.tree is None else self.tree_label
+        return f"{self.kind} {shape}" + (f" map={self.token_map_size}" if self.token_map_size is not None else "")
+
+    @property
+    def uses_eagle(self) -> bool:
+        return self.kind in EAGLE_KINDS
 
     @property
     def same_drafter_without_frspec(self) -> Method | None:
-        """The method FR-Spec is judged against: the same draft model and depth over the full vocabulary."""
-        if self.kind != FRSPEC:
+        """The method FR-Spec is judged against: the same drafter and shape over the full vocabulary."""
+        if self.kind not in WITHOUT_MAP:
             return None
-        return Method(DRAFT, self.num_spec_tokens)
+        return Method(WITHOUT_MAP[self.kind], self.num_spec_tokens, None, self.tree)
 
 
-def plan_methods(num_spec_tokens: Sequence[int], token_map_sizes: Sequence[int], has_draft: bool = True) -> list[Method]:
-    """Vanilla first, then for each num-spec-tokens the plain draft model followed by each FR-Spec map size.
+def _check_sizes(values: Sequence[int], option: str) -> None:
+    for v in values:
+        if v < 1:
+            raise FrspecError(f"{option} values must be >= 1, got {v}")
+    if len(set(values)) != len(values):
+        raise FrspecError(f"{option} has duplicates: {list(values)}")
 
-    The plain draft method is always included for every depth, since FR-Spec's speedup is measured against it.
+
+def _with_maps(kind: str, shape: TreeShape, token_map_sizes: Sequence[int]) -> list[Method]:
+    """The drafter over its full vocabulary, then with each map (FR-Spec's speedup is measured against the first)."""
+    return [Method.drafting(kind, shape)] + [Method.drafting(WITH_MAP[kind], shape, s) for s in token_map_sizes]
+
+
+def plan_methods(
+    num_spec_tokens: Sequence[int],
+    token_map_sizes: Sequence[int],
+    has_draft: bool = True,
+    draft_tree_shapes: Sequence[TreeShape] = (),
+    eagle_tree_shapes: Sequence[TreeShape] = (),
+    eagle_token_map_sizes: Sequence[int] = (),
+) -> list[Method]:
+    """Vanilla first; then with a draft model, for each num-spec-tokens and then each draft tree shape, the plain
+    drafter followed by each FR-Spec map size; then for each EAGLE shape the head followed by each EAGLE map size.
+
+    The drafter without a map is always included, since FR-Spec's speedup is measured against it. A draft tree
+    shape that is a chain already planned by num-spec-tokens is not repeated.
     """
-    for k in num_spec_tokens:
-        if k < 1:
-            raise FrspecError(f"--num-spec-tokens values must be >= 1, got {k}")
-    for size in token_map_sizes:
-        if size < 1:
-            raise FrspecError(f"--token-map-sizes values must be >= 1, got {size}")
-    if len(set(num_spec_tokens)) != len(num_spec_tokens):
-        raise FrspecError(f"--num-spec-tokens has duplicates: {list(num_spec_tokens)}")
-    if len(set(token_map_sizes)) != len(token_map_sizes):
-        raise FrspecError(f"--token-map-sizes has duplicates: {list(token_map_sizes)}")
+    _check_sizes(num_spec_tokens, "--num-spec-tokens")
+    _check_sizes(token_map_sizes, "--token-map-sizes")
+    _check_sizes(eagle_token_map_sizes, "--eagle-token-map-sizes")
     methods = [Method(VANILLA)]
-    if not has_draft:
-        return methods
-    for k in num_spec_tokens:
-        methods.append(Method(DRAFT, k))
-        methods.extend(Method(FRSPEC, k, size) for size in token_map_sizes)
+    if has_draft:
+        shapes = [TreeShape.chain(k) for k in num_spec_tokens] + list(draft_tree_shapes)
+        for shape in shapes:
+            methods.extend(m for m in _with_maps(DRAFT, shape, token_map_sizes) if m not in methods)
+    for shape in eagle_tree_shapes:
+        methods.extend(m for m in _with_maps(EAGLE, shape, eagle_token_map_sizes) if m not in methods)
     return methods

@@ -1,4 +1,4 @@
-"""PNG plots of a benchmark: a metric against token-map size, one line per num-spec-tokens."""
+"""PNG plots of a benchmark: a metric against token-map size, one line per drafter and drafted shape."""
 
 from __future__ import annotations
 
@@ -6,8 +6,15 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from frspec.bench.methods import DRAFT, FRSPEC, VANILLA
+from frspec.bench.methods import VANILLA, WITHOUT_MAP
 from frspec.io import atomic_path
+
+
+def _series_name(row: dict[str, Any], with_target: bool) -> str:
+    """"draft chain-3", "eagle dyn d5 k4 n24": a drafter (with or without a map) and its shape."""
+    drafter = WITHOUT_MAP.get(row["method"], row["method"])
+    name = f"{drafter} {row.get('tree') or 'chain-' + str(row['num_spec_tokens'])}"
+    return f"{row['target']}: {name}" if with_target else name
 
 
 def plot_vs_map_size(
@@ -18,32 +25,34 @@ def plot_vs_map_size(
     vocab_size: int | None = None,
     title: str | None = None,
 ) -> Path:
-    """Plot rows[metric] against token-map size for each num-spec-tokens and write a PNG to `path` atomically.
+    """Plot rows[metric] against token-map size for each drafter and shape and write a PNG to `path` atomically.
 
-    The plain draft model sits at the right end of each line, at the full vocabulary size (labelled "full"), so a
-    line reads as "what shrinking the LM head does" to that drafter. Vanilla, if present, is a dashed level.
+    The drafter without a map sits at the right end of each line, at the full vocabulary size (labelled "full"),
+    so a line reads as "what shrinking the LM head does" to that drafter. Vanilla, if present, is a dashed level
+    (one per target when the rows cover several).
     """
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers; must be chosen before pyplot is imported
     import matplotlib.pyplot as plt
 
-    sizes = sorted({r["token_map_size"] for r in rows if r["method"] == FRSPEC})
+    sizes = sorted({r["token_map_size"] for r in rows if r.get("token_map_size") is not None})
     full_x = vocab_size or (2 * sizes[-1] if sizes else 1)
+    with_target = len({r.get("target") for r in rows}) > 1
+    series: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        if r["method"] != VANILLA and r.get(metric) is not None:
+            x = r["token_map_size"] if r.get("token_map_size") is not None else full_x
+            series.setdefault(_series_name(r, with_target), []).append((x, r[metric]))
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
     try:
-        for k in sorted({r["num_spec_tokens"] for r in rows if r["method"] in (DRAFT, FRSPEC)}):
-            points = [
-                (r["token_map_size"] if r["method"] == FRSPEC else full_x, r[metric])
-                for r in rows
-                if r["num_spec_tokens"] == k and r["method"] in (DRAFT, FRSPEC) and r.get(metric) is not None
-            ]
+        for name, points in series.items():
             points.sort()
-            if points:
-                ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=f"k={k}")
-        for r in rows:
-            if r["method"] == VANILLA and r.get(metric) is not None:
-                ax.axhline(r[metric], color="gray", linestyle="--", label="vanilla")
+            ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=name)
+        vanilla = [r for r in rows if r["method"] == VANILLA and r.get(metric) is not None]
+        for r, style in zip(vanilla, ["--", ":", "-."] * len(vanilla)):
+            label = f"{r['target']}: vanilla" if with_target else "vanilla"
+            ax.axhline(r[metric], color="gray", linestyle=style, label=label)
         ticks = sizes + [full_x]
         ax.set_xscale("log", base=2)
         ax.set_xticks(ticks)
@@ -53,7 +62,7 @@ def plot_vs_map_size(
         ax.set_ylabel(ylabel)
         ax.set_title(title or f"{ylabel} vs token-map size")
         ax.grid(True, alpha=0.3)
-        ax.legend(title="num spec tokens", fontsize="small")
+        ax.legend(title="drafter and shape", fontsize="small")
         fig.tight_layout()
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format="png")

@@ -15,9 +15,11 @@ from typing import Any, Sequence
 from frspec.bench.plots import plot_vs_map_size
 from frspec.io import atomic_path
 
-# (row key, column title) in table order: the FR-Spec PR's columns, then speedups, LM-head share and correctness.
+# (row key, column title) in table order: the FR-Spec PR's columns (with the drafted shape beside the method), then
+# speedups, LM-head share and correctness.
 COLUMNS = [
     ("label", "Method"),
+    ("tree", "Tree"),
     ("num_spec_tokens", "Num Spec Tokens"),
     ("token_map_size", "Token Map Size"),
     ("acceptance_length", "Mean Acceptance Length"),
@@ -30,6 +32,8 @@ COLUMNS = [
     ("greedy_identical", "Greedy Identical"),
 ]
 
+LEFT_ALIGNED = ("label", "tree")  # words; numbers align right
+
 PLOTS = [
     ("tokens_per_s", "Decoding throughput (tokens/s)", "throughput_vs_map_size.png"),
     ("acceptance_length", "Mean acceptance length", "acceptance_vs_map_size.png"),
@@ -37,18 +41,25 @@ PLOTS = [
 
 METHODOLOGY = """\
 - All methods run in one process on the same prompts (chat template applied) with the same max new tokens;
-  target and draft are loaded once. Each method has one short unmeasured warm-up generation. Methods are
-  interleaved per prompt and the starting method rotates from prompt to prompt.
+  target, draft and EAGLE head are loaded once. Each method has one short unmeasured warm-up generation. Methods
+  are interleaved per prompt and the starting method rotates from prompt to prompt. EAGLE rows run on the target
+  the head was trained for; when that is not the main target they form their own table, run after the main one,
+  with that target's own vanilla row as their reference.
+- Tree: the drafted shape. chain-k: k tokens in a row; tree DxB: a static tree of depth D with B children per
+  node; dyn dD kK nN: an EAGLE-2 dynamic tree of depth D expanding the top-K nodes per level and keeping the N
+  best. Num Spec Tokens is the drafted depth. The target verifies a whole tree in one forward.
 - Mean Acceptance Length: tokens emitted per target decode forward (prefill excluded), from totals over all
-  prompts. Vanilla is 1 by definition; a drafter proposing k tokens can reach at most k + 1.
+  prompts. Vanilla is 1 by definition; a drafter drafting depth k can reach at most k + 1.
 - Decoding Throughput: tokens emitted by decode steps / decode time (wall time minus prefill), from totals over
   all prompts; the prefill is the same target work for every method. End-to-end tokens/s (prefill included) is
   in the JSON and CSV. Total Time: wall time of all measured generations of the method, prefill included.
 - Forward Ratio: mean measured time of one drafter step over mean time of one target decode forward (from the
   timed forwards themselves, not from parameter counts), so it falls when FR-Spec shrinks the draft LM head.
-- Speedups: ratios of decoding throughputs measured side by side in the same run. "Same drafter w/o FR-Spec" is
-  the draft model with the same num spec tokens over the full vocabulary. Per-prompt medians are in the JSON.
-- Draft LM-Head Share: time in the draft LM head / total drafting time.
+- Speedups: ratios of decoding throughputs measured side by side in the same run, against the vanilla row of
+  the same target. "Same drafter w/o FR-Spec" is the same draft model or EAGLE head with the same shape over the
+  full vocabulary. Per-prompt medians are in the JSON.
+- Draft LM-Head Share: time in the drafter's LM head (the draft model's, or the EAGLE head's) / total drafting
+  time.
 - Greedy Identical: whether each greedy output equals vanilla's token for token; otherwise the number of prompts
   that differ. Each difference is listed with the target's top-1/top-2 logit margin at the first differing
   position: bf16 forwards over 1 and k+1 rows round differently, so near-ties can flip; fp32/fp64 must match.
@@ -71,7 +82,8 @@ def format_value(key: str, value: Any) -> str:
 
 
 def table_cells(row: dict[str, Any]) -> list[str]:
-    """A row as table cells. The Method cell is the kind (vanilla/draft/fr-spec): depth and map size have columns."""
+    """A row as table cells. The Method cell is the kind (vanilla/draft/fr-spec/eagle/eagle+fr-spec): shape, depth
+    and map size have columns."""
     cells = [format_value(key, row.get(key)) for key, _ in COLUMNS]
     cells[0] = str(row.get("method", cells[0]))
     return cells
@@ -96,7 +108,7 @@ def render_table(rows: Sequence[dict[str, Any]], title: str | None = None, conso
         header = textwrap.wrap(name, width=12, break_on_hyphens=False)
         width = max([len(line) for line in header] + [len(cells[i]) for cells in body])
         needed += width + 3
-        table.add_column("\n".join(header), justify="left" if key == "label" else "right", no_wrap=True,
+        table.add_column("\n".join(header), justify="left" if key in LEFT_ALIGNED else "right", no_wrap=True,
                          min_width=width)
     for cells in body:
         table.add_row(*cells)
@@ -110,15 +122,23 @@ def render_table(rows: Sequence[dict[str, Any]], title: str | None = None, conso
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = [
         "| " + " | ".join(name for _, name in COLUMNS) + " |",
-        "|" + "|".join(":---" if key == "label" else "---:" for key, _ in COLUMNS) + "|",
+        "|" + "|".join(":---" if key in LEFT_ALIGNED else "---:" for key, _ in COLUMNS) + "|",
     ]
     for row in rows:
         lines.append("| " + " | ".join(table_cells(row)) + " |")
     return "\n".join(lines)
 
 
+def rows_by_target(rows: Sequence[dict[str, Any]]) -> list[tuple[str | None, list[dict[str, Any]]]]:
+    """Rows grouped by their "target" (one group per benchmarked target, in order; None for rows without one)."""
+    groups: dict[str | None, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row.get("target"), []).append(row)
+    return list(groups.items())
+
+
 def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> str:
-    """The whole report as Markdown: run metadata, the table, greedy differences, plots and methodology."""
+    """The whole report as Markdown: run metadata, one table per target, greedy differences, plots, methodology."""
     meta = payload["meta"]
     machine = meta.get("machine", {})
     lines = [
@@ -127,25 +147,37 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
         f"- Commit: `{meta.get('commit', 'unknown')}`",
         f"- Target: `{meta.get('target')}`; draft: `{meta.get('draft')}`; dtype: {meta.get('dtype')}; "
         f"threads: {meta.get('threads')}",
+    ]
+    if meta.get("eagle_head"):
+        lines.append(f"- EAGLE head: `{meta['eagle_head']}` on target `{meta.get('eagle_target')}`")
+    lines += [
         f"- Machine: {machine.get('cpu', 'unknown')}, {machine.get('cores')} cores, {machine.get('platform')}"
         + (f", GPU {machine['gpu']}" if machine.get("gpu") else ""),
         f"- Prompts: {meta.get('num_prompts')} from {meta.get('dataset')}; max new tokens: "
         f"{meta.get('max_new_tokens')}; decoding: {meta.get('decoding')}",
-        f"- Token maps: {meta.get('token_maps_source', '-')}",
+    ]
+    for section in meta.get("sections") or [meta]:
+        where = f" (target `{section['target']}`)" if len(meta.get("sections") or ()) > 1 else ""
+        lines.append(f"- Token maps{where}: {section.get('token_maps_source', '-')}")
+    lines += [
         f"- Measured run time: {meta.get('run_time_s', 0):.1f} s (warm-up {meta.get('warmup_time_s', 0):.1f} s)",
         "",
-        markdown_table(payload["rows"]),
-        "",
     ]
+    groups = rows_by_target(payload["rows"])
+    for target, rows in groups:
+        if len(groups) > 1:
+            lines += [f"### Target `{target}`", ""]
+        lines += [markdown_table(rows), ""]
     divergences = payload.get("divergences") or []
     if divergences:
         lines += ["## Greedy outputs that differ from vanilla", "",
-                  "| Method | Prompt | First Differing Position | Vanilla Token | Method Token | Target Top-2 Margin |",
-                  "|:---|:---|---:|---:|---:|---:|"]
+                  "| Target | Method | Prompt | First Differing Position | Vanilla Token | Method Token "
+                  "| Target Top-2 Margin |",
+                  "|:---|:---|:---|---:|---:|---:|---:|"]
         for d in divergences:
             lines.append(
-                f"| {d['method']} | {d['prompt_id']} | {d['position']} | {d['vanilla_token']} | "
-                f"{d['method_token']} | {d['top2_margin']:.4f} |"
+                f"| {d.get('target', '-')} | {d['method']} | {d['prompt_id']} | {d['position']} | "
+                f"{d['vanilla_token']} | {d['method_token']} | {d['top2_margin']:.4f} |"
             )
         lines.append("")
     for name in plot_files:
@@ -184,7 +216,7 @@ def write_report(out_dir: str | os.PathLike, payload: dict[str, Any]) -> list[Pa
     """Write results.json, results.csv, results.md and the plots into out_dir; return the paths written.
 
     payload has "meta" (run description), "rows" (one per method) and optionally "divergences" and "generations".
-    Plots are drawn only when there is at least one FR-Spec or draft row to put on them.
+    Plots are drawn only when there is at least one speculative row to put on them.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Run every method on every prompt in one process, interleaved, and check greedy outputs against vanilla.
 
 Fairness rules, so that differences in the table come from the methods and not from the machine:
-  - target and draft are loaded once and shared by all methods;
+  - target, draft and EAGLE head are loaded once and shared by all methods;
   - every method gets the same prompts (token ids) and the same max_new_tokens;
   - each method has one short warm-up generation first, which is not measured;
   - methods are interleaved per prompt (prompt 1: all methods, prompt 2: all methods, ...), and the starting
@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from frspec.bench.methods import VANILLA, Method
+from frspec.models.eagle import EagleHead
 from frspec.spec.sampling import SamplingParams
 from frspec.vocab.token_map import TokenMap
 
@@ -85,33 +86,47 @@ def top2_margin(model: torch.nn.Module, input_ids: Sequence[int]) -> float:
     return float(top[0] - top[1])
 
 
-def _build_generators(methods, target, draft, tokenizer, token_maps: dict[int, TokenMap]):
-    """One generator per method. Methods with the same map share one drafter (and so one pruned LM-head copy):
-    they run one after another, and a drafter resets its state for every request."""
-    from frspec.spec.drafters import DraftModelDrafter
+def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict[int, TokenMap]):
+    """One generator per method. Methods with the same drafter and map share one drafter (and so one pruned
+    LM-head copy): they run one after another, and a drafter resets its state for every request."""
     from frspec.spec.engine import build_generator
 
-    drafters: dict[int | None, DraftModelDrafter] = {}
+    drafters = {}  # (uses EAGLE, map size) -> drafter
     generators = {}
     for m in methods:
         if m.kind == VANILLA:
             generators[m] = build_generator(target, tokenizer=tokenizer)
             continue
-        if m.token_map_size not in drafters:
+        if m.uses_eagle and eagle is None:
+            raise ValueError(f"method {m.label} needs an EAGLE head")
+        if not m.uses_eagle and draft is None:
+            raise ValueError(f"method {m.label} needs a draft model")
+        key = (m.uses_eagle, m.token_map_size)
+        if key not in drafters:
             token_map = token_maps[m.token_map_size] if m.token_map_size is not None else None
             # build_generator runs the vocabulary and tokenizer checks before the pruned head is built.
-            drafters[m.token_map_size] = build_generator(
-                target, draft=draft, token_map=token_map, num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer
+            drafters[key] = build_generator(
+                target, draft=None if m.uses_eagle else draft, eagle=eagle if m.uses_eagle else None,
+                token_map=token_map, num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer,
             ).drafter
         generators[m] = build_generator(
-            target, draft=drafters[m.token_map_size], num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer
+            target, draft=drafters[key], num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer, tree=m.tree
         )
     return generators
 
 
 def _generate(generator, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams, device):
+    _use_drafters_map(generator.drafter)
     input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     return generator.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, sampling=sampling)
+
+
+def _use_drafters_map(drafter) -> None:
+    """EAGLE drafters with and without maps share one head, whose LM-head restriction is head state: set it to
+    this drafter's map before the drafter runs (outside the measured time; a copy of the map's LM-head rows)."""
+    head = getattr(drafter, "head", None)
+    if isinstance(head, EagleHead) and head.token_map is not drafter.token_map:
+        head.restrict_to(drafter.token_map)
 
 
 def run_benchmark(
@@ -125,8 +140,11 @@ def run_benchmark(
     sampling: SamplingParams = SamplingParams(),
     warmup_tokens: int = 8,
     progress: bool = True,
+    eagle: EagleHead | None = None,
 ) -> BenchResult:
     """Run `methods` on `prompts` (pairs of prompt id and chat-formatted token ids) and collect the results.
+
+    `draft` serves the draft and fr-spec methods, `eagle` (a head loaded for `target`) the eagle ones.
 
     With sampling, each prompt gets its own seed (sampling.seed + prompt index), the same for every method. With
     greedy decoding, every speculative output is compared to vanilla's and each difference is recorded with the
@@ -138,7 +156,7 @@ def run_benchmark(
     if len({pid for pid, _ in prompts}) != len(prompts):
         raise ValueError("prompt ids must be unique: results are matched across methods by prompt id")
     device = next(target.parameters()).device
-    generators = _build_generators(methods, target, draft, tokenizer, token_maps)
+    generators = _build_generators(methods, target, draft, eagle, tokenizer, token_maps)
 
     # The bar counts token budgets (warm-ups included), so its ETA weighs a long generation more than a short one.
     warmup_tokens = min(warmup_tokens, max_new_tokens)

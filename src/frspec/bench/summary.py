@@ -75,6 +75,7 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
             {
                 "label": m.label,
                 "method": m.kind,
+                "tree": m.tree_label,
                 "num_spec_tokens": m.num_spec_tokens,
                 "token_map_size": m.token_map_size,
                 "acceptance_length": agg.acceptance_length,
@@ -94,12 +95,17 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
                 "draft_lm_head_time_s": agg.draft_lm_head_time_s,
                 "target_time_s": agg.target_time_s,
                 "accepted_per_position": list(agg.accepted_per_position) if speculative else None,
+                # Tree size actually verified (a dynamic tree's budget, a static tree's nodes, a chain's length;
+                # less near the token budget's end) and how deep the accepted paths went.
+                "draft_tokens": agg.draft_tokens,
+                "draft_tokens_per_step": _ratio(agg.draft_tokens, agg.target_forwards) if speculative else None,
+                "accepted_depth_histogram": list(agg.accepted_depth_histogram) if speculative else None,
             }
         )
     vanilla = Method(VANILLA)
     for m, row in zip(result.methods, rows):
         row["speedup_vs_vanilla"] = _ratio(throughput[m], throughput.get(vanilla)) if m != vanilla else None
-        baseline = m.same_drafter_without_frspec
+        baseline = m.same_drafter_without_frspec  # eagle+fr-spec: the same head and shape without the map
         row["speedup_vs_drafter"] = _ratio(throughput[m], throughput.get(baseline)) if baseline else None
         row["median_prompt_speedup_vs_vanilla"] = (
             _median_prompt_speedup(result, m, vanilla) if m != vanilla and vanilla in throughput else None
