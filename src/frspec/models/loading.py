@@ -1,0 +1,163 @@
+"""Loading target and draft models from a hub id, a local directory, a `.gguf` file or a default model's name.
+
+    model = load_model("qwen2.5-coder-0.5b-instruct")           # a default model, prepared on first use
+    model = load_model("/models/qwen.gguf", dtype="fp32")        # dequantized once, then loaded from the cache
+    model = load_model("./my-hf-dir", device="cuda")
+
+Every model comes back in eval mode with gradients off: frspec only ever runs inference.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
+
+from frspec.errors import FrspecError
+
+DTYPES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "float": torch.float32,
+    "fp64": torch.float64,
+    "float64": torch.float64,
+    "double": torch.float64,
+}
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype | None:
+    """A torch dtype for a name like "bf16"/"fp32" or a torch float dtype; None for "auto" (decided per model)."""
+    if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise FrspecError(f"model dtype must be a floating-point type, got {dtype}")
+        return dtype
+    name = str(dtype).strip().lower().removeprefix("torch.")
+    if name == "auto":
+        return None
+    if name not in DTYPES:
+        raise FrspecError(f"unknown dtype {dtype!r}: use auto, bf16, fp16, fp32 or fp64")
+    return DTYPES[name]
+
+
+def parse_device(device: str | torch.device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise FrspecError(f"unknown device {device!r}: {e}") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise FrspecError(f"device {device!r} requested but CUDA is not available on this machine")
+    return dev
+
+
+def auto_dtype(config, device: torch.device) -> torch.dtype:
+    """bf16 on CPU (half the memory traffic of fp32, and fast on current CPUs); on an accelerator the model's own
+    half dtype, or bf16 when the checkpoint says fp32 or nothing."""
+    if device.type == "cpu":
+        return torch.bfloat16
+    own = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(own, str):
+        own = DTYPES.get(own.removeprefix("torch."))
+    return own if own in HALF_DTYPES else torch.bfloat16
+
+
+def is_default_model_name(spec: str) -> bool:
+    from frspec.models.defaults import DEFAULT_MODELS
+
+    return spec in DEFAULT_MODELS
+
+
+def resolve_model_dir(spec: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> str:
+    """What `from_pretrained` should load for `spec`: a local HF directory, or a hub id passed through.
+
+    Default-model names are prepared (assembled and converted once) and `.gguf` files are dequantized into the
+    model cache, so both come back as cache directories. Tokenizer loading can use this too: every cache
+    directory holds the model's tokenizer.
+    """
+    spec = str(spec)
+    if is_default_model_name(spec):
+        from frspec.models.defaults import prepare_default_models
+
+        return str(prepare_default_models(cache_dir=cache_dir, which=(spec,))[spec])
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        from frspec.models.cache import gguf_entry
+
+        return str(gguf_entry(path, cache_dir))
+    if path.exists():
+        if not path.is_dir():
+            raise FrspecError(f"{spec!r} is a file, not a model directory or a .gguf file")
+        if not (path / "config.json").is_file():
+            raise FrspecError(f"{spec!r} is not a model directory (no config.json)")
+        return str(path)
+    # Hub ids are "name" or "org/name"; anything else that does not exist locally was meant as a path.
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1 or os.sep != "/" and os.sep in spec:
+        raise FrspecError(f"model path not found: {spec!r}")
+    return spec
+
+
+def load_model(
+    spec: str | os.PathLike,
+    dtype: str | torch.dtype = "auto",
+    device: str | torch.device = "cpu",
+    cache_dir: str | os.PathLike | None = None,
+) -> PreTrainedModel:
+    """Load a causal LM for inference from a hub id, local HF directory, `.gguf` file or default-model name.
+
+    dtype: "auto" (bf16 on CPU, the model's own half dtype on an accelerator), "bf16", "fp16", "fp32", "fp64" or
+    a torch dtype. cache_dir: the frspec cache root for GGUF conversions and default models (default
+    $FRSPEC_CACHE or ~/.cache/frspec); hub downloads use the Hugging Face cache as usual.
+    Note a GGUF of quantized weights is cached in bf16, so fp32 from such a file means upcast bf16 weights.
+    """
+    torch_dtype = parse_dtype(dtype)  # validate arguments before any slow work
+    dev = parse_device(device)
+    source = resolve_model_dir(spec, cache_dir)
+    try:
+        config = AutoConfig.from_pretrained(source)
+        if torch_dtype is None:
+            torch_dtype = auto_dtype(config, dev)
+        model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, device_map=str(dev))
+    except (OSError, ValueError, KeyError) as e:
+        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise FrspecError(f"cannot load model {str(spec)!r}: {first_line}") from e
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def vocab_size_of(model: PreTrainedModel) -> int:
+    """Rows of the output embedding (what the LM head scores), falling back to config.vocab_size."""
+    head = model.get_output_embeddings()
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    return int(model.config.vocab_size)
+
+
+def check_same_vocab(target: PreTrainedModel, draft: PreTrainedModel) -> int:
+    """Raise FrspecError unless target and draft score the same vocabulary; return its size.
+
+    Drafted ids are verified by the target as-is, so both LM heads must cover the same id space.
+    """
+    target_size, draft_size = vocab_size_of(target), vocab_size_of(draft)
+    if target_size != draft_size:
+        raise FrspecError(
+            f"target and draft vocabularies differ: target has {target_size} output rows, draft has {draft_size}; "
+            "speculative decoding needs models that share one tokenizer"
+        )
+    return target_size
+
+
+def set_threads(n: int | None) -> int:
+    """Use `n` CPU threads for torch ops (None: leave torch's default). Returns the count in effect."""
+    if n is not None:
+        if n < 1:
+            raise FrspecError(f"thread count must be at least 1, got {n}")
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
