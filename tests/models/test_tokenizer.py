@@ -118,3 +118,19 @@ def test_real_llama3_tokenizer_matches_reference(cache_root):
     assert rendered[0] == 128000 and 128009 in rendered and rendered[-2:] == reference.encode(
         "<|end_header_id|>\n\n", bos=False, eos=False, allowed_special="all"
     )
+
+
+def test_default_model_names_resolve_to_the_prepared_cache(monkeypatch, tmp_path):
+    from transformers import AutoTokenizer
+
+    import frspec.models.loading as loading
+    from frspec.models.tokenizer import load_tokenizer
+
+    model_dir = tmp_path / "prepared"
+    model_dir.mkdir()
+    calls = []
+    monkeypatch.setattr(loading, "resolve_model_dir", lambda spec, cache_dir=None: calls.append(spec) or str(model_dir))
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda path, **kw: type("Tok", (), {"name_or_path": path})())
+    tok = load_tokenizer("qwen2.5-coder-0.5b-instruct")
+    assert calls == ["qwen2.5-coder-0.5b-instruct"]
+    assert tok.name_or_path == "qwen2.5-coder-0.5b-instruct"

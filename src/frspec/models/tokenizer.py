@@ -58,13 +58,19 @@ def cache_dir() -> Path:
 
 
 def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
-    """Load a tokenizer from a hub id, a local directory, a `.gguf` file or a Llama-3-style tiktoken `.model` file.
+    """Load a tokenizer from a hub id, a local directory, a `.gguf` file, a Llama-3-style tiktoken `.model` file,
+    or a default-model name (e.g. "qwen2.5-coder-1.5b-instruct", prepared on first use).
 
     The returned tokenizer's `name_or_path` is `spec` itself, so identities and error messages name what the user
     typed rather than a cache directory.
     """
     spec = str(spec)
     path = Path(spec).expanduser()
+    from frspec.models.loading import is_default_model_name, resolve_model_dir
+
+    if is_default_model_name(spec):
+        # Every prepared default model's cache directory holds its tokenizer.
+        path = Path(resolve_model_dir(spec))
     if path.suffix == ".gguf" or path.suffix == ".model":
         if not path.is_file():
             raise FrspecError(f"tokenizer file not found: {spec}")
