@@ -3,3 +3,15 @@ import os
 # No model hub is reachable on CI machines; without this a hub-id lookup retries for most of a minute before failing.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny test models run fastest, and least disturbed by other processes' load, on one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

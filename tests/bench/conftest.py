@@ -52,14 +52,6 @@ def make_model(seed: int, layers: int) -> Qwen2ForCausalLM:
     return Qwen2ForCausalLM(config).eval()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest, and least disturbed by other processes' load, on one thread (20x here)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory):
