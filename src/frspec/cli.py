@@ -15,6 +15,7 @@ _COMMAND_MODULES = [
     "frspec.spec.commands",
     "frspec.models.commands",
     "frspec.bench.commands",
+    "frspec.train.commands",
 ]
 
 
