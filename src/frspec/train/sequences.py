@@ -30,7 +30,7 @@ def chat_segments(renderer: ChatRenderer, messages: list[Message]) -> list[tuple
     newline templates put after it is not generated). Templates that are not prefix-stable fall back to one
     piece, all trained on.
     """
-    render = renderer._render  # the chat renderer's own rendering and turn-end rule, shared with vocab counting
+    render = renderer.render  # the same rendering and turn-end rule as vocab counting
     try:
         pieces: list[tuple[str, bool]] = []
         done = ""
@@ -41,7 +41,7 @@ def chat_segments(renderer: ChatRenderer, messages: list[Message]) -> list[tuple
                 if not (prompt.startswith(done) and whole.startswith(prompt)):
                     return [(render(messages), True)]
                 turn = whole[len(prompt):]
-                generated = renderer._strip_after_turn(turn)
+                generated = renderer.strip_after_turn(turn)
                 pieces += [(prompt[len(done):], False), (generated, True), (turn[len(generated):], False)]
             else:
                 if not whole.startswith(done):

@@ -29,7 +29,8 @@ class ChatRenderer:
         )
         self.failed = 0  # conversations the template refused (e.g. strict role alternation)
 
-    def _render(self, messages: list[Message], add_generation_prompt: bool = False) -> str:
+    def render(self, messages: list[Message], add_generation_prompt: bool = False) -> str:
+        """The conversation as the tokenizer's chat template writes it (raises if the template rejects it)."""
         return self.tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt
         )
@@ -37,7 +38,7 @@ class ChatRenderer:
     def full(self, messages: list[Message]) -> list[str]:
         """The whole conversation as one text (empty list if the template rejects it)."""
         try:
-            return [self._render(messages)]
+            return [self.render(messages)]
         except Exception:  # jinja raise_exception() for unsupported role orders: skip, counted in `failed`
             self.failed += 1
             return []
@@ -49,10 +50,10 @@ class ChatRenderer:
             for i, message in enumerate(messages):
                 if message["role"] != "assistant":
                     continue
-                prompt = self._render(messages[:i], add_generation_prompt=True) if i else ""
-                whole = self._render(messages[: i + 1])
+                prompt = self.render(messages[:i], add_generation_prompt=True) if i else ""
+                whole = self.render(messages[: i + 1])
                 if i and whole.startswith(prompt):
-                    texts.append(self._strip_after_turn(whole[len(prompt) :]))
+                    texts.append(self.strip_after_turn(whole[len(prompt) :]))
                 else:
                     texts.append(message["content"] + (self.tokenizer.eos_token or ""))
         except Exception:
@@ -60,7 +61,8 @@ class ChatRenderer:
             return []
         return [t for t in texts if t]
 
-    def _strip_after_turn(self, text: str) -> str:
+    def strip_after_turn(self, text: str) -> str:
+        """An assistant turn's text without what the template adds after its end-of-turn token."""
         # Templates put a newline after the end-of-turn token ("<|im_end|>\n"); the model stops at the token and
         # never generates that newline, so it must not be counted.
         stripped = text.rstrip()
