@@ -68,6 +68,38 @@ def test_prepared_model_is_not_assembled_again(cache_root, fake_default, monkeyp
     assert prepare_default_models(which=(FAKE_NAME,), verify=True)[FAKE_NAME].is_dir()
 
 
+def test_concurrent_prepares_of_one_model_build_it_once(cache_root, fake_default, monkeypatch):
+    """Two processes (threads here: flock locks are per open file) preparing one model: the second waits for the
+    first and then finds it prepared, instead of assembling into and deleting the same GGUF."""
+    import threading
+    import time
+
+    real_build = defaults._build
+    builds = []
+
+    def slow_build(*args):
+        builds.append(threading.current_thread().name)
+        time.sleep(0.5)  # long enough for the other thread to reach the lock
+        real_build(*args)
+
+    monkeypatch.setattr(defaults, "_build", slow_build)
+    errors = []
+
+    def run():
+        try:
+            prepare_default_models(which=(FAKE_NAME,), progress=False)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, name=f"p{i}") for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(builds) == 1
+    assert defaults.is_prepared(fake_default[0], None, verify=True)
+
+
 def test_keep_gguf_then_force_reuses_nothing_stale(cache_root, fake_default):
     model, _ = fake_default
     prepare_default_models(which=("draft",), progress=False, keep_gguf=True)

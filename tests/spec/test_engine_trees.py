@@ -315,3 +315,15 @@ def test_generate_refuses_bad_tree_options(cli_dirs, capsys, extra, message):
     code, out, err = _run(["generate", "--target", str(cli_dirs / "target"), "--prompt", "x", "--dtype", "fp32"]
                           + extra, capsys)
     assert code == 2 and err.startswith("frspec: error:") and message in err and err.count("\n") == 1
+
+
+def test_generators_sharing_one_head_each_draft_with_their_own_map(target):
+    head = oracle_eagle2_head(target)
+    token_map = half_map()
+    mapped = build_generator(target, eagle=head, token_map=token_map, tree=SHAPES["chain"])
+    plain = build_generator(target, eagle=head, tree=SHAPES["chain"])  # restricts the shared head back to none
+    expected = hf_greedy(target, PROMPT, 16)
+    for generator, active in ((mapped, token_map), (plain, None), (mapped, token_map)):
+        assert generator.generate(input_ids=PROMPT, max_new_tokens=16, eos_token_ids=[]).token_ids == expected
+        assert head.token_map is active
+        assert head.draft_to_target.numel() == (VOCAB // 2 if active is not None else VOCAB)

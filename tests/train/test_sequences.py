@@ -42,17 +42,3 @@ def test_text_is_trained_whole_and_documents_are_cut():
 def test_chat_without_trainable_tokens_in_reach_is_dropped():
     r = renderer()
     assert document_sequence(r, CHAT, assistant_only=True, max_len=10) is None
-
-
-def test_regenerated_chat_has_the_targets_own_greedy_replies():
-    from train_tiny import tiny_target
-
-    from frspec.train.sequences import regenerate_chat
-
-    target, tok = tiny_target(), tiny_tokenizer()
-    out = regenerate_chat(target, tok, CHAT, max_new_tokens=6)
-    assert [m["role"] for m in out] == [m["role"] for m in CHAT] and out[0] == CHAT[0] and out[2] == CHAT[2]
-    prompt = tok.apply_chat_template(CHAT[:1], add_generation_prompt=True, tokenize=False)
-    ids = torch.tensor([tok.encode(prompt, add_special_tokens=False)])
-    greedy = target.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)[0, ids.shape[1]:]
-    assert out[1]["content"] == tok.decode(greedy, skip_special_tokens=True) != CHAT[1]["content"]

@@ -86,3 +86,43 @@ def test_loss_vocab_keeps_the_most_frequent_ids_and_the_forced_ones():
     assert loss_vocab_ids(counts, None) is None and loss_vocab_ids(counts, 6) is None
     with pytest.raises(FrspecError):
         loss_vocab_ids(counts, 0)
+
+
+def test_unrolled_depths_read_what_a_drafted_chain_reads(features):
+    """Depth 2 of the training-time test is the head's second draft step exactly: rooted at t, it reads
+    (x_{t+2}, its own depth-1 output) at position t+1 over a cache of the real inputs up to t."""
+    from transformers import DynamicCache
+
+    from frspec.train.trainer import document_loss
+
+    target = tiny_target()
+    head = new_head(target).eval()
+    doc = features.documents[0]
+    weight = target.lm_head.weight.float()
+    with torch.no_grad():
+        results = document_loss(head, doc, weight, CONFIG, None, depths=3)
+        ids, f = doc.ids, doc.hidden.float()
+        for t in (0, 5, len(ids) - 5):
+            cache = DynamicCache()
+            g = head(ids[None, 1 : t + 2], f[None, : t + 1], torch.arange(t + 1)[None], cache=cache)[0, -1]
+            torch.testing.assert_close(g, results[0][3][t], atol=1e-5, rtol=1e-4)
+            for depth in (2, 3):
+                g = head(ids[None, t + depth : t + depth + 1], g[None, None], torch.tensor([[t + depth - 1]]),
+                         cache=cache)[0, -1]
+                torch.testing.assert_close(g, results[depth - 1][3][t], atol=1e-5, rtol=1e-4)
+    # A draft that would read past the document's end trains nothing.
+    assert results[2][2] <= results[1][2] <= results[0][2]
+
+
+def test_training_time_test_improves_the_second_draft(features, tmp_path):
+    target = tiny_target()
+    weight = target.lm_head.weight.float()
+    _, held = features.split(CONFIG.eval_every)
+    scores = {}
+    for unroll in (1, 2):
+        head = new_head(target)
+        config = TrainConfig(**{**CONFIG.__dict__, "unroll": unroll})
+        state = train_head(head, features, config, tmp_path / f"u{unroll}.pt", log=quiet)
+        scores[unroll] = state.history[-1]
+        assert state.history[0]["train_loss"] > state.history[-1]["train_loss"]
+    assert scores[2]["eval_top1_depth2"] > scores[1]["eval_top1_depth2"]

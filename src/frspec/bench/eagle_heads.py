@@ -1,7 +1,8 @@
 """Which EAGLE head `frspec bench --eagle` uses, and which target it runs on by default.
 
-`--eagle default` is the head trained for Qwen2.5-Coder-0.5B-Instruct with `frspec train eagle` (docs/training.md)
-into the model cache, `$FRSPEC_CACHE/heads/qwen2.5-coder-0.5b-instruct-eagle/`; anything else is a head
+`--eagle default` is the head for Qwen2.5-Coder-0.5B-Instruct that `frspec models prepare --only eagle-head` trains
+into the model cache, `$FRSPEC_CACHE/heads/qwen2.5-coder-0.5b-instruct-eagle/` (frspec.train.default_head); anything
+else is a head
 directory or hub id as for `frspec generate --eagle`. A head drafts for the target it was trained on, so the
 EAGLE rows run on their own target (by default that 0.5B model), with that target's vanilla as their reference.
 """
@@ -13,17 +14,10 @@ from pathlib import Path
 
 from frspec.errors import FrspecError
 
+from frspec.train.default_head import DEFAULT_EAGLE_TARGET, DEFAULT_HEAD_NAME, default_head_dir, is_head_ready
+
 DEFAULT_HEAD = "default"
-# The target the default head was trained for: also the default --eagle-target.
-DEFAULT_EAGLE_TARGET = "qwen2.5-coder-0.5b-instruct"
-DEFAULT_HEAD_NAME = f"{DEFAULT_EAGLE_TARGET}-eagle"
-
-
-def default_head_dir(cache_dir: str | os.PathLike | None = None) -> Path:
-    """Where `frspec train eagle` is expected to have written the default head."""
-    from frspec.models.cache import cache_root
-
-    return cache_root(cache_dir) / "heads" / DEFAULT_HEAD_NAME
+__all__ = ["DEFAULT_HEAD", "DEFAULT_EAGLE_TARGET", "DEFAULT_HEAD_NAME", "default_head_dir", "resolve_eagle_head"]
 
 
 def resolve_eagle_head(spec: str, cache_dir: str | os.PathLike | None = None) -> Path:
@@ -32,11 +26,10 @@ def resolve_eagle_head(spec: str, cache_dir: str | os.PathLike | None = None) ->
 
     if spec == DEFAULT_HEAD:
         directory = default_head_dir(cache_dir)
-        # Training writes config.json after the weights, so its presence marks a finished head.
-        if not (directory / "config.json").is_file():
+        if not is_head_ready(directory):
             raise FrspecError(
-                f"no trained default EAGLE head in {directory}: train it with `frspec train eagle --target "
-                f"{DEFAULT_EAGLE_TARGET} --out {directory} ...` (docs/training.md), or pass --eagle HEAD_DIR"
+                f"no trained default EAGLE head in {directory}: train it with `frspec models prepare --only "
+                "eagle-head` (about 1.5 hours on a 2-core CPU; docs/training.md), or pass --eagle HEAD_DIR"
             )
         return directory
     return resolve_head_dir(spec)

@@ -11,9 +11,12 @@ removes the GGUF again, so later loads read safetensors and take seconds:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -173,13 +176,38 @@ def prepare_default_models(
         model = default_model(item)
         entry = entry_dir(model, cache_dir)
         if force or not is_prepared(model, cache_dir, verify):
-            gguf_path = cache_root(cache_dir) / "gguf" / model.gguf_name
-            if force or not is_intact_gguf(model, gguf_path):
-                assemble_gguf(model, gguf_path, progress)
-            try:
-                build_entry(gguf_path, entry, {"default": model.name, "size": model.size, "sha256": model.sha256})
-            finally:
-                if not keep_gguf:
-                    gguf_path.unlink(missing_ok=True)
+            with _preparing(model, cache_dir):
+                # Another process may have prepared it while this one waited for the lock.
+                if force or not is_prepared(model, cache_dir, verify):
+                    _build(model, entry, cache_dir, progress, force, keep_gguf)
         dirs[item] = entry
     return dirs
+
+
+def _build(model: DefaultModel, entry: Path, cache_dir, progress: bool, force: bool, keep_gguf: bool) -> None:
+    gguf_path = cache_root(cache_dir) / "gguf" / model.gguf_name
+    if force or not is_intact_gguf(model, gguf_path):
+        assemble_gguf(model, gguf_path, progress)
+    try:
+        build_entry(gguf_path, entry, {"default": model.name, "size": model.size, "sha256": model.sha256})
+    finally:
+        if not keep_gguf:
+            gguf_path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _preparing(model: DefaultModel, cache_dir):
+    """An exclusive lock per model across processes: two `prepare`s of one model would otherwise assemble into,
+    and delete, the same GGUF file. The second waits, then finds the model prepared."""
+    lock_path = cache_root(cache_dir) / "locks" / f"{model.name}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another process preparing {model.name} ...", file=sys.stderr, flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -51,6 +51,9 @@ class EagleDrafter(Drafter):
 
     def reset(self) -> None:
         super().reset()
+        if self.head.token_map is not self.token_map:
+            # Another drafter sharing this head restricted it to its own map since: put this drafter's back.
+            self.head.restrict_to(self.token_map)
         self.cache = self.head.new_cache()
         self._features, self._hidden = None, []
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from transformers import PreTrainedTokenizerBase
 
 from frspec.vocab.chat import ChatRenderer
@@ -70,23 +69,3 @@ def document_sequence(renderer: ChatRenderer, doc: Document, assistant_only: boo
     if len(ids) < 3 or not any(mask[2:]):  # the head's first prediction is token 2 (it pairs x_1 with h_0)
         return None
     return Sequence(ids, mask)
-
-
-@torch.inference_mode()
-def regenerate_chat(target, tokenizer: PreTrainedTokenizerBase, messages: list[Message],
-                    max_new_tokens: int) -> list[Message]:
-    """The chat with every assistant turn rewritten by the target itself (greedy), so the head learns the target's
-    own continuations rather than another model's. User turns are kept as they are."""
-    out: list[Message] = []
-    device = target.get_input_embeddings().weight.device
-    for message in messages:
-        if message["role"] != "assistant" or not out:
-            out.append(message)
-            continue
-        prompt = tokenizer.apply_chat_template(out, add_generation_prompt=True, return_tensors="pt",
-                                               return_dict=True)["input_ids"].to(device)
-        generated = target.generate(prompt, max_new_tokens=max_new_tokens, do_sample=False,
-                                    pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
-        text = tokenizer.decode(generated[0, prompt.shape[1]:], skip_special_tokens=True)
-        out.append({"role": "assistant", "content": text})
-    return out

@@ -26,15 +26,18 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from transformers import DynamicCache
 
 from frspec.errors import FrspecError
 from frspec.io import atomic_path
 from frspec.models.eagle import Eagle2Head
+from frspec.spec.tree import additive_mask
 from frspec.train.dataset import FeatureDataset, epoch_batches, loss_vocab_ids
 from frspec.train.head import trainable_state
 
 # Settings a checkpoint must share with the run that resumes it (the batch plan and the schedule depend on them).
-RESUME_KEYS = ("epochs", "lr", "batch_tokens", "loss_vocab", "seed", "eval_every", "warmup_steps", "w_cls", "noise")
+RESUME_KEYS = ("epochs", "lr", "batch_tokens", "loss_vocab", "seed", "eval_every", "warmup_steps", "w_cls", "noise",
+               "unroll")
 
 
 @dataclass
@@ -45,6 +48,7 @@ class TrainConfig:
     loss_vocab: int | None = None  # None: the token loss over the whole vocabulary
     w_cls: float = 0.1  # EAGLE's weight of the token loss against the feature regression
     noise: float = 0.1  # half-width of the uniform noise added to input features
+    unroll: int = 1  # draft depths trained per position: d > 1 feeds the head its own features (training-time test)
     warmup_steps: int = 20
     grad_clip: float = 0.5
     seed: int = 0
@@ -69,61 +73,87 @@ def lr_at(step: int, total: int, config: TrainConfig) -> float:
     return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def predicted_mask(mask: torch.Tensor) -> torch.Tensor:
-    """[T-1]: whether head position t's prediction (token x_{t+2}) is a training token; the last position predicts
-    past the end of the document and keeps its own token's mask."""
-    return torch.cat([mask[2:], mask[-1:]])
+def predicted_mask(mask: torch.Tensor, depth: int = 1) -> torch.Tensor:
+    """[T-1]: whether the depth-`depth` draft rooted at head position t (it predicts token x_{t+depth+1}) is a
+    training position. A draft that would read past the document is not; the last feature of the document predicts
+    a token past its end and keeps that feature's own token's mask."""
+    n = mask.numel() - 1
+    index = torch.arange(n, device=mask.device) + depth + 1
+    out = mask[index.clamp(max=n)]
+    return out & (index - 1 <= n)
 
 
-def _pair(doc, device):
-    """Head inputs and targets for one document: tokens x_{1..T-1}, features f_{0..T-2} -> f_{1..T-1}, and the
-    mask of positions whose predicted token (x_{t+2}) is a training token."""
-    ids = doc.ids.to(device)
-    f = doc.hidden.to(device=device, dtype=torch.float32)
-    mask = doc.mask.to(device)
-    return ids[1:], f[:-1], f[1:], predicted_mask(mask)
+def _unrolled_mask(length: int, depth: int, device) -> torch.Tensor:
+    """Attention of the depth-`depth` drafts over the cache [real inputs, depth-2 inputs, ..., these]: the draft
+    rooted at t sees the real inputs up to t and its own chain's earlier drafts, exactly as when drafting."""
+    t = torch.arange(length, device=device)
+    blocks = [t[None, :] <= t[:, None]] + [torch.eye(length, dtype=torch.bool, device=device)] * (depth - 1)
+    return additive_mask(torch.cat(blocks, dim=1), device=device)
 
 
 def document_loss(head: Eagle2Head, doc, lm_weight: torch.Tensor, config: TrainConfig,
-                  generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Summed (regression, token) losses over the document's training positions, and their count."""
+                  generator: torch.Generator | None, depths: int | None = None):
+    """Per draft depth d = 1..depths: summed regression and token losses over the document's training positions,
+    their count, and the head's features for depth d. Depth 1 reads the target's features (with noise when
+    training); depth d > 1 reads the head's own depth d-1 output, as when drafting a chain (training-time test)."""
     device = lm_weight.device
-    tokens, f_in, f_next, mask = _pair(doc, device)
+    depths = config.unroll if depths is None else depths
+    ids = doc.ids.to(device)
+    f = doc.hidden.to(device=device, dtype=torch.float32)
+    n = ids.numel() - 1
+    f_in = f[:-1]
     if generator is not None and config.noise > 0:
         noise = torch.rand(f_in.shape, generator=generator).to(device)
         f_in = f_in + (2 * noise - 1) * config.noise
-    position_ids = torch.arange(tokens.numel(), device=device).unsqueeze(0)
-    g = head(tokens.unsqueeze(0), f_in.unsqueeze(0), position_ids)[0]
-    g, f_next = g[mask], f_next[mask]
-    reg = F.smooth_l1_loss(g, f_next, reduction="none").mean(-1).sum()
-    with torch.no_grad():
-        target_probs = torch.softmax(f_next @ lm_weight.T, dim=-1)
-    cls = -(target_probs * torch.log_softmax(g @ lm_weight.T, dim=-1)).sum()
-    return reg, cls, int(mask.sum())
+    cache = DynamicCache() if depths > 1 else None
+    out = []
+    g = f_in
+    for d in range(1, depths + 1):
+        # Draft depth d rooted at t reads (x_{t+d}, its parent's features) at position t+d-1 and should give f_{t+d}.
+        src = torch.arange(n, device=device) + d
+        tokens = ids[src.clamp(max=n)]
+        target = f[src.clamp(max=n)]
+        positions = (torch.arange(n, device=device) + d - 1).unsqueeze(0)
+        attention = None if d == 1 else _unrolled_mask(n, d, device)
+        g = head(tokens.unsqueeze(0), g.unsqueeze(0), positions, attention_mask=attention, cache=cache)[0]
+        mask = predicted_mask(doc.mask.to(device), d)
+        gm, tm = g[mask], target[mask]
+        reg = F.smooth_l1_loss(gm, tm, reduction="none").mean(-1).sum()
+        with torch.no_grad():
+            target_probs = torch.softmax(tm @ lm_weight.T, dim=-1)
+        cls = -(target_probs * torch.log_softmax(gm @ lm_weight.T, dim=-1)).sum()
+        out.append((reg, cls, int(mask.sum()), g))
+    return out
 
 
 @torch.no_grad()
 def evaluate(head: Eagle2Head, dataset: FeatureDataset, indices: list[int], loss_weight: torch.Tensor,
              full_weight: torch.Tensor, config: TrainConfig) -> dict:
-    """Held-out loss and top-1 accuracy: how often the head's greedy token (over the full vocabulary) is the
-    target's greedy token at the same position, i.e. the first draft token's acceptance rate under greedy."""
+    """Held-out loss (depth 1) and top-1 accuracy per draft depth: how often the head's greedy token (over the full
+    vocabulary) is the target's greedy token, i.e. at depth 1 the first draft token's acceptance rate under greedy,
+    at depth 2 the second's given a correct first."""
     head.eval()
     reg_sum = cls_sum = 0.0
-    correct = count = 0
+    correct = [0, 0]
+    counts = [0, 0]
     for i in indices:
         doc = dataset.documents[i]
-        reg, cls, n = document_loss(head, doc, loss_weight, config, None)
-        reg_sum, cls_sum = reg_sum + float(reg), cls_sum + float(cls)
-        tokens, f_in, f_next, mask = _pair(doc, full_weight.device)
-        g = head(tokens.unsqueeze(0), f_in.unsqueeze(0), torch.arange(tokens.numel()).unsqueeze(0).to(tokens.device))[0]
-        for a, b in zip(g[mask].split(256), f_next[mask].split(256)):  # chunks: full-vocabulary logits are large
-            correct += int(((a @ full_weight.T).argmax(-1) == (b @ full_weight.T).argmax(-1)).sum())
-        count += n
+        results = document_loss(head, doc, loss_weight, config, None, depths=2)
+        reg_sum, cls_sum = reg_sum + float(results[0][0]), cls_sum + float(results[0][1])
+        f = doc.hidden.to(device=full_weight.device, dtype=torch.float32)
+        n = f.shape[0] - 1
+        for d, (_, _, count, g) in enumerate(results):
+            mask = predicted_mask(doc.mask.to(f.device), d + 1)
+            target = f[(torch.arange(n, device=f.device) + d + 1).clamp(max=n)][mask]
+            for a, b in zip(g[mask].split(256), target.split(256)):  # chunks: full-vocabulary logits are large
+                correct[d] += int(((a @ full_weight.T).argmax(-1) == (b @ full_weight.T).argmax(-1)).sum())
+            counts[d] += count
     head.train()
-    if count == 0:
+    if counts[0] == 0:
         return {}
-    return {"eval_reg": reg_sum / count, "eval_cls": cls_sum / count, "eval_loss": (reg_sum + config.w_cls * cls_sum)
-            / count, "eval_top1": correct / count, "eval_positions": count}
+    return {"eval_reg": reg_sum / counts[0], "eval_cls": cls_sum / counts[0],
+            "eval_loss": (reg_sum + config.w_cls * cls_sum) / counts[0], "eval_top1": correct[0] / counts[0],
+            "eval_top1_depth2": correct[1] / max(counts[1], 1), "eval_positions": counts[0]}
 
 
 def train_head(
@@ -180,7 +210,10 @@ def train_head(
                 optimizer.zero_grad(set_to_none=True)
                 reg_total = cls_total = 0.0
                 for doc in docs:
-                    reg, cls, _ = document_loss(head, doc, loss_weight, config, generator)
+                    # Every draft depth weighs the same; the loss is per depth-1 position.
+                    results = document_loss(head, doc, loss_weight, config, generator)
+                    reg = sum(r for r, _, _, _ in results)
+                    cls = sum(c for _, c, _, _ in results)
                     ((reg + config.w_cls * cls) / positions).backward()
                     reg_total, cls_total = reg_total + reg.item(), cls_total + cls.item()
                 torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
@@ -235,7 +268,8 @@ def _load_checkpoint(path: Path, head, optimizer, config: TrainConfig) -> TrainS
         saved = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise FrspecError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from e
-    differ = [k for k in RESUME_KEYS if saved["config"].get(k) != getattr(config, k)]
+    defaults = TrainConfig()  # checkpoints from before a setting existed used its default
+    differ = [k for k in RESUME_KEYS if saved["config"].get(k, getattr(defaults, k)) != getattr(config, k)]
     if differ:
         raise FrspecError(f"checkpoint {path} was made with other settings ({', '.join(differ)}: "
                           f"{', '.join(str(saved['config'].get(k)) for k in differ)}); use the same or drop --resume")
