@@ -4,9 +4,10 @@ way equal a plain forward over prompt + reply."""
 import torch
 from train_tiny import tiny_target, tiny_tokenizer, write_chats
 
+from frspec.spec.stopping import default_eos_ids
 from frspec.train.dataset import FeatureDataset
 from frspec.train.features import CollectOptions, collect_features, target_features
-from frspec.train.regenerate import first_exchange, generate_with_features, stop_ids_of
+from frspec.train.regenerate import first_exchange, generate_with_features
 
 EOT = 3  # <|im_end|> in the tiny tokenizer
 
@@ -39,7 +40,7 @@ def test_first_exchange_and_stop_ids():
             {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]
     assert first_exchange(chat) == chat[:2]
     assert first_exchange(chat[2:]) is None  # opens with the assistant
-    assert stop_ids_of(tiny_target(), tiny_tokenizer()) == {EOT}
+    assert default_eos_ids(tiny_target(), tiny_tokenizer()) == {EOT}  # where regenerated replies stop
 
 
 def test_regenerated_collection_trains_on_the_targets_replies_and_resumes(tmp_path):

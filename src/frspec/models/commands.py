@@ -74,11 +74,12 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"{entry.path.name:40s} {entry.size_bytes / 1e9:7.2f} GB  {entry.dtype or '?':9s} {status:8s}  "
               f"from {origin}  {entry.path}")
     head = default_head_dir(args.cache_dir)
-    if is_head_ready(head):
+    head_ready = is_head_ready(head)
+    if head_ready:
         size = sum(f.stat().st_size for f in head.iterdir() if f.is_file())
         print(f"{head.name:40s} {size / 1e9:7.2f} GB  EAGLE head ok        {head}")
     missing = [default_model(role) for role in ROLES if not is_prepared(default_model(role), args.cache_dir)]
-    if not is_head_ready(head):
+    if not head_ready:
         print(f"default EAGLE head {head.name} not trained: run `frspec models prepare --only eagle-head`")
     for model in missing:
         print(f"default {model.role} {model.name} not prepared: run `frspec models prepare --only {model.role}`")

@@ -49,11 +49,15 @@ class EagleDrafter(Drafter):
     def version(self) -> int:
         return self.head.version
 
+    def use_own_map(self) -> None:
+        """Restrict the head to this drafter's map again if another drafter sharing the head has changed it
+        (the restriction is head state: a copy of the map's LM-head rows)."""
+        if self.head.token_map is not self.token_map:
+            self.head.restrict_to(self.token_map)
+
     def reset(self) -> None:
         super().reset()
-        if self.head.token_map is not self.token_map:
-            # Another drafter sharing this head restricted it to its own map since: put this drafter's back.
-            self.head.restrict_to(self.token_map)
+        self.use_own_map()
         self.cache = self.head.new_cache()
         self._features, self._hidden = None, []
 

@@ -25,7 +25,8 @@ from frspec.errors import FrspecError
 from frspec.io import atomic_path
 from frspec.vocab.chat import ChatRenderer
 from frspec.vocab.corpus import Corpus, Document, Message
-from frspec.train.regenerate import first_exchange, generate_with_features, stop_ids_of
+from frspec.spec.stopping import default_eos_ids
+from frspec.train.regenerate import first_exchange, generate_with_features
 from frspec.train.sequences import Sequence, document_sequence
 
 MANIFEST = "manifest.json"
@@ -209,7 +210,7 @@ def collect_features(
     bar = tqdm(total=total, initial=min(manifest["tokens"], total or manifest["tokens"]), unit="tok",
                unit_scale=True, desc="regenerating replies" if options.regenerate else "collecting features",
                disable=not options.progress)
-    stop_ids = stop_ids_of(target, tokenizer)
+    stop_ids = default_eos_ids(target, tokenizer)  # where frspec's own greedy decoding of the target stops
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(stop_ids, default=0)
 
     def sequences(docs: list[Document]) -> list[tuple[Sequence, torch.Tensor]]:

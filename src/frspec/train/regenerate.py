@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import DynamicCache, PreTrainedModel
 
 from frspec.vocab.corpus import Message
 
@@ -29,16 +29,6 @@ def first_exchange(messages: list[Message]) -> list[Message] | None:
         if message["role"] != "system":
             return None
     return None
-
-
-def stop_ids_of(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
-    """Every id that ends a reply: the target's (generation) config EOS ids and the tokenizer's."""
-    ids: set[int] = set()
-    for source in (getattr(target, "generation_config", None), target.config, tokenizer):
-        value = getattr(source, "eos_token_id", None)
-        if value is not None:
-            ids.update([value] if isinstance(value, int) else value)
-    return ids
 
 
 @torch.inference_mode()

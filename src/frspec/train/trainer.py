@@ -140,20 +140,25 @@ def evaluate(head: Eagle2Head, dataset: FeatureDataset, indices: list[int], loss
         doc = dataset.documents[i]
         results = document_loss(head, doc, loss_weight, config, None, depths=2)
         reg_sum, cls_sum = reg_sum + float(results[0][0]), cls_sum + float(results[0][1])
-        f = doc.hidden.to(device=full_weight.device, dtype=torch.float32)
-        n = f.shape[0] - 1
-        for d, (_, _, count, g) in enumerate(results):
-            mask = predicted_mask(doc.mask.to(f.device), d + 1)
-            target = f[(torch.arange(n, device=f.device) + d + 1).clamp(max=n)][mask]
-            for a, b in zip(g[mask].split(256), target.split(256)):  # chunks: full-vocabulary logits are large
-                correct[d] += int(((a @ full_weight.T).argmax(-1) == (b @ full_weight.T).argmax(-1)).sum())
-            counts[d] += count
+        # The target's greedy token after each position, once: the depth-d draft rooted at t should give it at t+d.
+        expected = _greedy(doc.hidden.to(device=full_weight.device, dtype=torch.float32), full_weight)
+        n = expected.numel() - 1
+        for d, (_, _, count, g) in enumerate(results, start=1):
+            mask = predicted_mask(doc.mask.to(g.device), d)
+            target = expected[(torch.arange(n, device=g.device) + d).clamp(max=n)][mask]
+            correct[d - 1] += int((_greedy(g[mask], full_weight) == target).sum())
+            counts[d - 1] += count
     head.train()
     if counts[0] == 0:
         return {}
     return {"eval_reg": reg_sum / counts[0], "eval_cls": cls_sum / counts[0],
             "eval_loss": (reg_sum + config.w_cls * cls_sum) / counts[0], "eval_top1": correct[0] / counts[0],
             "eval_top1_depth2": correct[1] / max(counts[1], 1), "eval_positions": counts[0]}
+
+
+def _greedy(features: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Argmax over the full vocabulary of features [N, H], in chunks: full-vocabulary logits are large."""
+    return torch.cat([(chunk @ weight.T).argmax(-1) for chunk in features.split(256)])
 
 
 def train_head(
