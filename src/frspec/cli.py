@@ -12,7 +12,7 @@ from frspec.errors import FrspecError
 # under construction cannot break the others.
 _COMMAND_MODULES = [
     "frspec.vocab.commands",
-    "frspec.spec.commands",
+    "frspec.decode.commands",
     "frspec.models.commands",
     "frspec.bench.commands",
     "frspec.train.commands",

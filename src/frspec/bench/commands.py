@@ -15,9 +15,8 @@ from typing import Any
 
 from frspec.bench.eagle_heads import DEFAULT_EAGLE_TARGET, DEFAULT_HEAD
 from frspec.bench.methods import plan_methods
-from frspec.bench.tree_shapes import SYNTAX, parse_tree_shapes, shapes_text
 from frspec.errors import FrspecError
-from frspec.spec.tree import TreeShape
+from frspec.decode.tree_shape import SYNTAX, TreeShape, shapes_text
 
 
 @dataclass(frozen=True)
@@ -129,9 +128,9 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "eagle_token_map_sizes": (),
     }
     if args.draft_tree_shapes is not None:
-        s["draft_tree_shapes"] = parse_tree_shapes(args.draft_tree_shapes, "--draft-tree-shapes")
+        s["draft_tree_shapes"] = TreeShape.parse_list(args.draft_tree_shapes, "--draft-tree-shapes")
     if args.eagle is not None:
-        s["eagle_tree_shapes"] = (parse_tree_shapes(args.tree_shapes) if args.tree_shapes is not None
+        s["eagle_tree_shapes"] = (TreeShape.parse_list(args.tree_shapes) if args.tree_shapes is not None
                                   else preset.eagle_tree_shapes)
         s["eagle_token_map_sizes"] = pick(args.eagle_token_map_sizes, preset.eagle_token_map_sizes)
     else:
@@ -266,7 +265,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from frspec.bench.report import render_table, write_report
     from frspec.bench.summary import summarize
     from frspec.models.loading import parse_device, parse_dtype, set_threads
-    from frspec.spec.sampling import SamplingParams
+    from frspec.decode.sampling import SamplingParams
 
     settings = _settings(args)
     sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)

@@ -23,7 +23,7 @@ COLUMNS = [
     ("num_spec_tokens", "Num Spec Tokens"),
     ("token_map_size", "Token Map Size"),
     ("acceptance_length", "Mean Acceptance Length"),
-    ("tokens_per_s", "Decoding Throughput (tokens/s)"),
+    ("decode_tokens_per_s", "Decoding Throughput (tokens/s)"),
     ("total_time_s", "Total Time (s)"),
     ("forward_ratio", "Forward Ratio"),
     ("speedup_vs_vanilla", "Speedup vs Vanilla"),
@@ -35,7 +35,7 @@ COLUMNS = [
 LEFT_ALIGNED = ("label", "tree")  # words; numbers align right
 
 PLOTS = [
-    ("tokens_per_s", "Decoding throughput (tokens/s)", "throughput_vs_map_size.png"),
+    ("decode_tokens_per_s", "Decoding throughput (tokens/s)", "throughput_vs_map_size.png"),
     ("acceptance_length", "Mean acceptance length", "acceptance_vs_map_size.png"),
 ]
 
@@ -76,7 +76,7 @@ def format_value(key: str, value: Any) -> str:
         return f"{100 * value:.1f}%"
     if key in ("acceptance_length", "forward_ratio"):
         return f"{value:.2f}"
-    if key in ("tokens_per_s", "total_time_s"):
+    if key in ("decode_tokens_per_s", "total_time_s"):
         return f"{value:.2f}" if value < 100 else f"{value:.1f}"
     return str(value)
 

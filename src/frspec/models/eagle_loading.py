@@ -266,7 +266,7 @@ def _need(state: dict, key: str, what: str) -> torch.Tensor:
 
 def _load_tensors(head: EagleHead, state: dict, what: str) -> None:
     # Shared target modules (the embedding; EAGLE-1/2's LM head) and the FR-Spec copy are not in a checkpoint.
-    shared = ("embed_tokens.", "pruned_lm_head.") + (("lm_head.",) if head.version == 2 else ())
+    shared = ("embed_tokens.",) + (("lm_head.",) if head.version == 2 else ())
     own = {k: v for k, v in head.state_dict().items() if not k.startswith(shared)}
     missing = sorted(set(own) - set(state) - {"d2t", "t2d"})  # validated and installed by _build_eagle3
     unexpected = sorted(set(state) - set(own))

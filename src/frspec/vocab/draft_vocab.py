@@ -75,7 +75,7 @@ class DraftVocab(nn.Module):
         `head_to_target` [rows] is the target id of each head row, for heads with their own vocabulary (EAGLE-3:
         i + d2t[i]); None means row i is target id i. `vocab_size` is the target vocabulary size (default: the
         map's, else the number of rows). With both a map and `head_to_target`, the kept rows are the head rows whose
-        target ids are in the map, in map order (their intersection).
+        target ids are in the map, in map order (their intersection). An identity `head_to_target` is no map.
         """
         n_rows = int(weight.shape[0])
         if head_to_target is not None:
@@ -87,6 +87,8 @@ class DraftVocab(nn.Module):
         vocab_size = int(vocab_size)
         if head_to_target is not None:
             _check_ids(head_to_target, vocab_size, "the head's target ids")
+            if n_rows == vocab_size and torch.equal(head_to_target, torch.arange(n_rows, device=head_to_target.device)):
+                head_to_target = None  # row i is target id i: no map to apply (EAGLE-1/2 heads, full EAGLE-3 ones)
         elif n_rows != vocab_size:
             raise FrspecError(f"the LM head has {n_rows} rows but the target vocabulary has {vocab_size} ids")
         if token_map is None:

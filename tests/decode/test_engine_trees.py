@@ -12,15 +12,15 @@ from safetensors.torch import save_file
 from spec_tiny import hf_greedy, noisy_copy, sharpen, tiny_lm, tiny_tokenizer
 from test_engine_sampling import chi_square_pvalue, exact_marginals
 
-import frspec.spec.engine as engine
+import frspec.decode.step as step
 from frspec import cli
 from frspec.errors import FrspecError
-from frspec.spec.cache import cache_length, new_cache
-from frspec.spec.engine import build_generator
-from frspec.spec.sampling import SamplingParams, sample
-from frspec.spec.stats import GenerationStats
-from frspec.spec.tree import TreeShape
-from frspec.spec.tree_verify import verify_tree
+from frspec.decode.kv_cache import cache_length, new_cache
+from frspec.decode.factory import build_generator
+from frspec.decode.sampling import SamplingParams, sample
+from frspec.decode.stats import GenerationStats
+from frspec.decode.tree_shape import TreeShape
+from frspec.decode.verify import verify as verify_tree
 from frspec.vocab.token_map import TokenMap
 
 VOCAB = 256
@@ -104,14 +104,14 @@ def test_target_as_its_own_draft_accepts_the_whole_depth(shape):
 def test_eagle_chain_is_the_default_and_stats_add_up():
     target = mostly_bigram(tiny_lm("llama", VOCAB, seed=0))
     generator = build_generator(target, eagle=oracle_eagle2_head(target), num_spec_tokens=2)
-    assert generator.tree == TreeShape.chain(2) and generator.method == "eagle"
+    assert generator.shape == TreeShape.chain(2) and generator.method == "eagle"
     a = generator.generate(input_ids=PROMPT, max_new_tokens=10, eos_token_ids=[]).stats
     b = generator.generate(input_ids=PROMPT[:3], max_new_tokens=10, eos_token_ids=[]).stats
     total = GenerationStats.aggregate([a, b])
-    assert total.tree == "chain(k=2)" and total.draft_tokens == a.draft_tokens + b.draft_tokens
+    assert total.tree == "chain-2" and total.draft_tokens == a.draft_tokens + b.draft_tokens
     pairs = zip_longest(a.accepted_depth_histogram, b.accepted_depth_histogram, fillvalue=0)
     assert total.accepted_depth_histogram == [x + y for x, y in pairs]
-    assert "tree chain(k=2)" in total.summary() and json.dumps(total.to_dict())
+    assert "tree chain-2" in total.summary() and json.dumps(total.to_dict())
 
 
 # --- caches after tree steps, and the target's hidden states reach the head without extra forwards ------------------
@@ -138,13 +138,13 @@ def test_caches_after_tree_steps_equal_fresh_forwards(kind, sampling):
     generator = build_generator(target, tree=SHAPES["static"], **drafter_args(kind, target))
     calls = []
     hook = target.register_forward_hook(lambda *a: calls.append(1))
-    req = generator._start(PROMPT, 40, sampling, generator._new_stats(len(PROMPT)))
+    req = generator._start(PROMPT, 40, sampling)
     generator._prefill(req)
     assert len(calls) == 1
     rejections = 0
     while req.length < len(PROMPT) + 30:
         before = len(calls)
-        new = generator._step(req, 40)
+        new = generator._step(req, 40).tokens
         # One target forward per step: the head's hidden states come with the verification forward.
         assert len(calls) == before + 1
         rejections += len(new) < 3
@@ -222,7 +222,7 @@ def _wrong_tree_rule(tree, logits, params, generator):
     """Negative control: after every child of a node is rejected, sample from p instead of the residual."""
     verdict = verify_tree(tree, logits, params, generator)
     if tree.children(verdict.path[-1]):
-        from frspec.spec.sampling import logits_to_probs
+        from frspec.decode.sampling import logits_to_probs
 
         verdict.tokens[-1] = int(sample(logits_to_probs(logits[verdict.path[-1]], params), generator))
     return verdict
@@ -230,7 +230,7 @@ def _wrong_tree_rule(tree, logits, params, generator):
 
 def test_the_tree_sampling_test_rejects_a_wrong_rule(small, monkeypatch):
     make, shape, params = SAMPLING_CASES["draft-static"]
-    monkeypatch.setattr(engine, "verify_tree", _wrong_tree_rule)
+    monkeypatch.setattr(step, "verify", _wrong_tree_rule)
     p, _ = _min_pvalue(build_generator(small, tree=shape, **make(small)), params, small)
     assert p < 1e-6
 
@@ -282,11 +282,11 @@ def test_generate_with_eagle_and_trees(cli_dirs, capsys):
     vanilla = json.loads(out)
     runs = [
         (["--eagle", str(cli_dirs / "head"), "--tree-depth", "3", "--tree-branching", "2", "--tree-budget", "6"],
-         "eagle", "dynamic(depth=3, topk=2, budget=6)"),
+         "eagle", "dynamic-3x2x6"),
         (["--eagle", str(cli_dirs / "head"), "--token-map", str(cli_dirs / "map.frspec"), "--tree-depth", "2",
-          "--tree-branching", "2"], "eagle+fr-spec", "static(depth=2, branching=2)"),
-        (["--eagle", str(cli_dirs / "head"), "--num-spec-tokens", "3"], "eagle", "chain(k=3)"),
-        (["--draft", str(cli_dirs / "target"), "--tree-depth", "2"], "draft", "chain(k=2)"),
+          "--tree-branching", "2"], "eagle+fr-spec", "static-2x2"),
+        (["--eagle", str(cli_dirs / "head"), "--num-spec-tokens", "3"], "eagle", "chain-3"),
+        (["--draft", str(cli_dirs / "target"), "--tree-depth", "2"], "draft", "chain-2"),
     ]
     for extra, method, tree in runs:
         code, out, err = _run(base + extra, capsys)
@@ -296,7 +296,7 @@ def test_generate_with_eagle_and_trees(cli_dirs, capsys):
         assert record["stats"]["tree"] == tree and sum(record["stats"]["accepted_depth_histogram"]) > 0
     streaming = [a for a in base if a != "--json"]
     code, out, err = _run(streaming + ["--eagle", str(cli_dirs / "head"), "--tree-depth", "2"], capsys)
-    assert code == 0 and "[eagle]" in err and "tree chain(k=2)" in err
+    assert code == 0 and "[eagle]" in err and "tree chain-2" in err
 
 
 @pytest.mark.parametrize(
@@ -319,11 +319,30 @@ def test_generate_refuses_bad_tree_options(cli_dirs, capsys, extra, message):
 
 def test_generators_sharing_one_head_each_draft_with_their_own_map(target):
     head = oracle_eagle2_head(target)
+    weight = head.lm_head.weight
+    before = weight.detach().clone()
     token_map = half_map()
     mapped = build_generator(target, eagle=head, token_map=token_map, tree=SHAPES["chain"])
-    plain = build_generator(target, eagle=head, tree=SHAPES["chain"])  # restricts the shared head back to none
+    plain = build_generator(target, eagle=head, tree=SHAPES["chain"])  # the same head, no map
     expected = hf_greedy(target, PROMPT, 16)
     for generator, active in ((mapped, token_map), (plain, None), (mapped, token_map)):
         assert generator.generate(input_ids=PROMPT, max_new_tokens=16, eos_token_ids=[]).token_ids == expected
-        assert head.token_map is active
-        assert head.draft_to_target.numel() == (VOCAB // 2 if active is not None else VOCAB)
+        assert generator.drafter.token_map is active
+        assert generator.drafter.vocab.size == (VOCAB // 2 if active is not None else VOCAB)
+    # Drafting never touched the shared head: same LM-head tensor, same values, no restriction of its own.
+    assert head.lm_head.weight is weight and torch.equal(weight, before)
+    assert plain.drafter.vocab.head.weight.data_ptr() == weight.data_ptr()  # unrestricted: used without a copy
+    assert torch.equal(head.head_to_target, torch.arange(VOCAB))
+
+
+def test_generators_sharing_one_draft_model_each_draft_with_their_own_map(target):
+    draft = noisy_copy(target, 0.3, seed=1)
+    state = {k: v.clone() for k, v in draft.state_dict().items()}
+    token_map = half_map()
+    mapped = build_generator(target, draft, token_map, tree=SHAPES["static"])
+    plain = build_generator(target, draft, num_spec_tokens=3)
+    expected = hf_greedy(target, PROMPT, 16)
+    for generator in (mapped, plain, mapped):
+        assert generator.generate(input_ids=PROMPT, max_new_tokens=16, eos_token_ids=[]).token_ids == expected
+    assert mapped.drafter.vocab.size == VOCAB // 2 and plain.drafter.vocab.size == VOCAB
+    assert all(torch.equal(v, state[k]) for k, v in draft.state_dict().items())

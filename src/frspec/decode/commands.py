@@ -61,17 +61,16 @@ def _read_prompt(args: argparse.Namespace) -> str:
 
 def run_generate(args: argparse.Namespace) -> int:
     # Cheap checks first: nothing slow is loaded for a command that cannot run.
-    from frspec.spec.engine import build_generator, check_num_spec_tokens
-    from frspec.spec.sampling import SamplingParams
-    from frspec.spec.tree import tree_shape_from_options
+    from frspec.decode.factory import build_generator
+    from frspec.decode.sampling import SamplingParams
+    from frspec.decode.tree_shape import TreeShape
 
-    check_num_spec_tokens(args.num_spec_tokens)
     if args.draft and args.eagle:
         raise FrspecError("give --draft or --eagle, not both")
     if args.token_map and not (args.draft or args.eagle):
         raise FrspecError("--token-map restricts a draft model's LM head: give --draft (or --eagle) too")
-    tree = tree_shape_from_options(args.tree_depth, args.tree_branching, args.tree_budget)
-    if tree is not None and not (args.draft or args.eagle):
+    tree = TreeShape.from_options(args.num_spec_tokens, args.tree_depth, args.tree_branching, args.tree_budget)
+    if args.tree_depth is not None and not (args.draft or args.eagle):
         raise FrspecError("token trees are drafted by a drafter: give --draft or --eagle too")
     eagle = None
     if args.eagle:
@@ -96,7 +95,8 @@ def run_generate(args: argparse.Namespace) -> int:
     target = load_model(target_dir, dtype=args.dtype, device=args.device)
     draft = load_model(resolve_model_dir(args.draft), dtype=args.dtype, device=args.device) if args.draft else None
     token_map = TokenMap.load(args.token_map, vocab_size=vocab_size_of(target)) if args.token_map else None
-    generator = build_generator(target, draft, token_map, args.num_spec_tokens, tokenizer, eagle=eagle, tree=tree)
+    drafted = tree if (args.draft or args.eagle) else None  # vanilla drafts nothing
+    generator = build_generator(target, draft, token_map, args.num_spec_tokens, tokenizer, eagle=eagle, tree=drafted)
 
     kwargs = dict(
         prompt=prompt,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from spec_tiny import TOKENIZER_VOCAB, tiny_lm, tiny_tokenizer
 
-from frspec.spec.engine import build_generator
-from frspec.spec.stopping import TextTracker, default_eos_ids
+from frspec.decode.factory import build_generator
+from frspec.decode.stopping import TextTracker, default_eos_ids
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,9 @@ import pytest
 import torch
 from spec_tiny import noisy_copy, sharpen, tiny_lm
 
-import frspec.spec.engine as engine
-from frspec.spec.engine import build_generator
-from frspec.spec.sampling import SamplingParams, logits_to_probs
-from frspec.spec.verify import verify_sampling
+import frspec.decode.verify as verify
+from frspec.decode.factory import build_generator
+from frspec.decode.sampling import SamplingParams, logits_to_probs
 from frspec.vocab.token_map import TokenMap
 
 VOCAB = 16
@@ -72,7 +71,7 @@ def sampled_counts(generator, params: SamplingParams) -> tuple[torch.Tensor, obj
         assert len(out.token_ids) == NEW
         counts[torch.arange(NEW), torch.tensor(out.token_ids)] += 1
         stats.append(out.stats)
-    from frspec.spec.stats import GenerationStats
+    from frspec.decode.stats import GenerationStats
 
     return counts, GenerationStats.aggregate(stats)
 
@@ -113,18 +112,15 @@ def test_frspec_sampling_follows_target_even_for_tokens_outside_the_map(models, 
     assert 0 < sum(stats.accepted_per_position) < sum(stats.proposed_per_position)
 
 
-def _wrong_rule_resample_from_p(target_probs, draft, generator):
+def _wrong_rule_resample_from_p(p, r):
     """Negative control: on rejection sample from p instead of the residual max(p - q, 0)."""
-    accepted, _ = verify_sampling(target_probs, draft, generator)
-    from frspec.spec.sampling import sample
-
-    return accepted, int(sample(target_probs[accepted], generator))
+    return p
 
 
 def test_the_statistical_test_rejects_a_wrong_acceptance_rule(models, monkeypatch):
     target, draft = models
     token_map = map_without_top_tokens(target, T1)
-    monkeypatch.setattr(engine, "verify_sampling", _wrong_rule_resample_from_p)
+    monkeypatch.setattr(verify, "_residual", _wrong_rule_resample_from_p)
     p, _ = min_pvalue(build_generator(target, draft, token_map, num_spec_tokens=3), T1, target)
     assert p < 1e-6
 

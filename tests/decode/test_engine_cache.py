@@ -6,9 +6,9 @@ import pytest
 import torch
 from spec_tiny import noisy_copy, tiny_lm
 
-from frspec.spec.cache import cache_length, new_cache
-from frspec.spec.engine import build_generator
-from frspec.spec.sampling import SamplingParams
+from frspec.decode.kv_cache import cache_length, new_cache
+from frspec.decode.factory import build_generator
+from frspec.decode.sampling import SamplingParams
 from frspec.vocab.token_map import TokenMap
 
 VOCAB = 256
@@ -29,13 +29,12 @@ def test_caches_match_a_fresh_forward_after_every_step(sampling):
     draft = noisy_copy(target, 0.05, seed=1)
     token_map = TokenMap(torch.randperm(VOCAB, generator=torch.Generator().manual_seed(0))[:160], VOCAB)
     generator = build_generator(target, draft, token_map, num_spec_tokens=4)
-    stats = generator._new_stats(4)
-    req = generator._start([7, 8, 9, 10], 40, sampling, stats)
+    req = generator._start([7, 8, 9, 10], 40, sampling)
     generator._prefill(req)
     rejections = 0
     while req.length < 4 + 40 - 5:
         before = req.length
-        new = generator._step(req, 40)
+        new = generator._step(req, 40).tokens
         rejections += len(new) < 5
         assert req.length == before + len(new)
         accepted = req.buf[:, : req.length]

@@ -9,20 +9,22 @@ The target computes h_t when it processes x_t, so the head always trails the tar
 
 Tree nodes below the root are paired with the head's own features at their parent. After drafting the head's
 cache is cut back to the committed pairs; the next verification hands over the target's hidden states of the
-accepted path (`observe_target`), which pair with the accepted tokens at the next `propose_tree`. No extra target
-forward is ever needed.
+accepted path (`observe_target`), which pair with the accepted tokens at the next `propose`. No extra target
+forward is ever needed. The head is shared, never modified: this drafter's FR-Spec restriction is its own DraftVocab.
 """
 
 from __future__ import annotations
 
 import torch
 
+from frspec.decode.drafter import Drafter
+from frspec.decode.kv_cache import cache_length, truncate_cache
+from frspec.decode.sampling import SamplingParams
+from frspec.decode.timing import now
+from frspec.decode.token_tree import TokenTree, expansion_inputs
+from frspec.decode.tree_growth import grow_tree
+from frspec.decode.tree_shape import TreeShape
 from frspec.models.eagle import EagleHead
-from frspec.spec.cache import cache_length, truncate_cache
-from frspec.spec.drafters import Drafter
-from frspec.spec.sampling import SamplingParams
-from frspec.spec.timing import now
-from frspec.spec.tree import TokenTree, TreeShape, expansion_inputs, grow_tree
 from frspec.vocab.token_map import TokenMap
 
 
@@ -32,9 +34,7 @@ class EagleDrafter(Drafter):
     def __init__(self, head: EagleHead, num_target_layers: int, token_map: TokenMap | None = None):
         super().__init__()
         self.head = head
-        self.token_map = token_map
-        head.restrict_to(token_map)  # FR-Spec: the head's LM head keeps only the map's rows
-        self.vocab_size = int(head.embed_tokens.num_embeddings)
+        self.vocab = head.draft_vocab(token_map)  # FR-Spec: only the map's rows of the head's LM head are scored
         self.device = head.embed_tokens.weight.device
         # Indices of the target's `hidden_states` output the head reads; the engine asks the target for just these.
         self.target_hidden_layers: list[int] = head.target_layer_ids(num_target_layers)
@@ -49,22 +49,15 @@ class EagleDrafter(Drafter):
     def version(self) -> int:
         return self.head.version
 
-    def use_own_map(self) -> None:
-        """Restrict the head to this drafter's map again if another drafter sharing the head has changed it
-        (the restriction is head state: a copy of the map's LM-head rows)."""
-        if self.head.token_map is not self.token_map:
-            self.head.restrict_to(self.token_map)
-
     def reset(self) -> None:
         super().reset()
-        self.use_own_map()
         self.cache = self.head.new_cache()
         self._features, self._hidden = None, []
 
     @torch.inference_mode()
     def prefill(self, context: torch.Tensor) -> None:
         """Run the head over the prompt's pairs (x_{t+1}, h_t), t < L - 1, once the target's prefill states have
-        been observed; the last prompt state pairs with the first generated token in the first `propose_tree`."""
+        been observed; the last prompt state pairs with the first generated token in the first `propose`."""
         features = self._take_features()
         if features is None:
             return
@@ -89,11 +82,8 @@ class EagleDrafter(Drafter):
         self._features, self._hidden = None, []
         return torch.cat(parts, dim=1) if parts else None
 
-    def propose(self, context, num_tokens, sampling, generator):
-        raise NotImplementedError("EAGLE drafts through propose_tree (a chain is a tree of branching 1)")
-
     @torch.inference_mode()
-    def propose_tree(
+    def propose(
         self, context: torch.Tensor, shape: TreeShape, sampling: SamplingParams, generator: torch.Generator | None
     ) -> TokenTree:
         """Draft a tree of `shape` rooted at the pending token context[0, -1]."""
@@ -122,10 +112,8 @@ class EagleDrafter(Drafter):
             self.steps += 1
             return self._logits(feats[0])
 
-        tree = grow_tree(
-            int(context[0, n - 1]), self._logits(out[0, -1:])[0], shape, expand, sampling, generator,
-            draft_to_target=self.head.draft_to_target, vocab_size=self.vocab_size,
-        )
+        root_logits = self._logits(out[0, -1:])[0]
+        tree = grow_tree(int(context[0, n - 1]), root_logits, shape, expand, sampling, generator, vocab=self.vocab)
         truncate_cache(self.cache, n - 1)  # drop the tree: accepted tokens come back paired with target states
         self.time_s += now(self.device) - start
         return tree
@@ -135,7 +123,8 @@ class EagleDrafter(Drafter):
         truncate_cache(self.cache, max(length - 1, 0))
 
     def _logits(self, features: torch.Tensor) -> torch.Tensor:
+        """Draft logits over this drafter's vocabulary for head features (EAGLE-3's final norm included)."""
         start = now(self.device)
-        logits = self.head.draft_logits(features)
+        logits = self.vocab.logits(self.head.lm_head_input(features))
         self.lm_head_time_s += now(self.device) - start
         return logits

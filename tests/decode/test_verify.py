@@ -4,9 +4,36 @@ from __future__ import annotations
 
 import torch
 
-from frspec.spec.drafters import Draft
-from frspec.spec.sampling import make_generator, sample
-from frspec.spec.verify import verify_greedy, verify_sampling
+from frspec.decode.sampling import SamplingParams, make_generator, sample
+from frspec.decode.token_tree import TokenTree
+from frspec.decode.verify import verify
+from frspec.decode.verify import verify_sampling as sampling_rule
+from frspec.vocab.draft_vocab import DraftVocab
+from frspec.vocab.token_map import TokenMap
+
+GREEDY = SamplingParams()
+ROOT = 0  # the pending token; its value plays no part in verification
+
+
+def verify_greedy(target_logits, draft_ids):
+    """(accepted drafts, the token after them) for a chain of `draft_ids` (None: vanilla, the root alone)."""
+    verdict = verify(TokenTree.chain(ROOT, draft_ids or []), target_logits, GREEDY)
+    return verdict.num_accepted, verdict.tokens[-1]
+
+
+def verify_sampling(target_probs, chain, generator):
+    """(accepted drafts, the token after them) when sampling a chain (None: the root alone) against target
+    distributions target_probs [n + 1, V]."""
+    chain = chain if chain is not None else TokenTree.from_root(ROOT)
+    verdict = sampling_rule(chain, target_probs[: len(chain)], generator)
+    return verdict.num_accepted, verdict.tokens[-1]
+
+
+def sampled_chain(token: int, q_full: torch.Tensor) -> TokenTree:
+    """A one-draft chain whose token was sampled from q_full (over the target vocabulary)."""
+    tree = TokenTree.chain(ROOT, [token])
+    tree.child_probs[0] = q_full
+    return tree
 
 
 def _logits_with_argmax(choices: list[int], vocab: int = 10) -> torch.Tensor:
@@ -15,9 +42,8 @@ def _logits_with_argmax(choices: list[int], vocab: int = 10) -> torch.Tensor:
     return logits
 
 
-def _draft(ids: list[int]) -> Draft:
-    t = torch.tensor(ids)
-    return Draft(token_ids=t, indices=t)
+def _draft(ids: list[int]) -> list[int]:
+    return ids
 
 
 def test_greedy_accepts_the_matching_prefix_then_corrects():
@@ -40,9 +66,11 @@ def _first_token_counts(verify, p: torch.Tensor, q: torch.Tensor, support: torch
     """Draw x ~ q over `support`, verify one draft against p, and count the first emitted token."""
     gen = make_generator(0)
     counts = torch.zeros(p.shape[-1], dtype=torch.float64)
+    vocab = DraftVocab.build(torch.zeros(p.shape[-1], 1), token_map=TokenMap(support, p.shape[-1]))
+    q_full = vocab.to_full(q)
     for _ in range(n):
         idx = sample(q[None], gen)
-        draft = Draft(token_ids=support[idx], indices=idx, probs=q[None], support=support)
+        draft = sampled_chain(int(vocab.to_target(idx)), q_full)
         accepted, nxt = verify(p, draft, gen)
         counts[int(support[idx]) if accepted else nxt] += 1
     return counts
@@ -70,7 +98,7 @@ def test_the_same_test_rejects_a_wrong_rule():
     def accept_if_q_likes_it(target_probs, draft, generator):
         # Wrong: ignores p at the drafted token, and resamples from p on rejection.
         u = torch.rand(1, generator=generator)
-        if float(u) < float(draft.probs[0, draft.indices[0]]) * 2:
+        if float(u) < float(draft.child_probs[0][draft.tokens[1]]) * 2:
             return 1, 0
         return 0, int(sample(target_probs[0], generator))
 
@@ -85,7 +113,7 @@ def test_sampling_with_an_empty_draft_samples_the_target():
 
 def test_draft_tokens_the_target_rules_out_are_always_rejected():
     p = torch.tensor([[0.0, 1.0, 0.0], [0.2, 0.3, 0.5]])
-    q = torch.tensor([[0.9, 0.1, 0.0]])
-    draft = Draft(token_ids=torch.tensor([0]), indices=torch.tensor([0]), probs=q)
+    q = torch.tensor([0.9, 0.1, 0.0])
+    draft = sampled_chain(0, q)
     for seed in range(20):
         assert verify_sampling(p, draft, make_generator(seed)) == (0, 1)

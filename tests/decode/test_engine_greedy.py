@@ -6,7 +6,7 @@ import pytest
 import torch
 from spec_tiny import hf_greedy, noisy_copy, tiny_lm
 
-from frspec.spec.engine import build_generator
+from frspec.decode.factory import build_generator
 from frspec.vocab.token_map import TokenMap
 
 VOCAB = 256

@@ -38,7 +38,8 @@ def test_generate_json(model_dirs, capsys):
     assert code == 0, err
     vanilla = json.loads(out)
     assert vanilla["method"] == "vanilla" and len(vanilla["token_ids"]) <= 8 and isinstance(vanilla["text"], str)
-    for key in ("tokens", "target_forwards", "acceptance_length", "tokens_per_s", "forward_ratio"):
+    for key in ("tokens", "target_forwards", "acceptance_length", "decode_tokens_per_s", "end_to_end_tokens_per_s",
+                "forward_ratio"):
         assert key in vanilla["stats"]
     code, out, err = _run(base + ["--draft", str(model_dirs / "draft"), "--token-map", str(model_dirs / "map.frspec"),
                                   "--num-spec-tokens", "3"], capsys)

@@ -7,9 +7,10 @@ import torch
 from spec_tiny import tiny_lm, tiny_tokenizer
 
 from frspec.errors import FrspecError
-from frspec.spec.drafters import DraftModelDrafter
-from frspec.spec.engine import SpeculativeGenerator, build_generator
-from frspec.spec.sampling import SamplingParams
+from frspec.decode.draft_model import DraftModelDrafter
+from frspec.decode.engine import SpeculativeGenerator
+from frspec.decode.factory import build_generator
+from frspec.decode.sampling import SamplingParams
 from frspec.vocab.token_map import TokenMap
 
 VOCAB = 128

@@ -29,7 +29,7 @@ class GenerationStats:
     num_spec_tokens: int = 0  # draft length per step, a tree's depth (0 for vanilla)
     accepted_per_position: list[int] = field(default_factory=list)  # steps whose draft position i was accepted
     proposed_per_position: list[int] = field(default_factory=list)  # steps that drafted position i
-    tree: str = ""  # the draft tree's shape (TreeShape.describe()) when drafting trees; "" for plain chains
+    tree: str = ""  # the drafted shape (str(TreeShape), e.g. "chain-4"); "" for vanilla
     draft_tokens: int = 0  # drafted tokens (tree nodes) the target verified, over all decode steps
     accepted_depth_histogram: list[int] = field(default_factory=list)  # [m]: decode steps accepting m drafts
     prefill_time_s: float = 0.0  # target and drafter prefill, and the first token
@@ -57,9 +57,14 @@ class GenerationStats:
                     setattr(total, f.name, a + b)
         return total
 
-    def record_step(self, drafted_depth: int, accepted: int, draft_tokens: int) -> None:
-        """Count one decode step that drafted positions 0..drafted_depth-1 (with `draft_tokens` tokens in all: a
-        chain's length or a tree's node count) and accepted the first `accepted` of them."""
+    def record_step(self, drafted_depth: int, accepted: int, draft_tokens: int, target_time_s: float) -> None:
+        """Count one decode step: one target forward taking `target_time_s`, over a draft with `draft_tokens`
+        tokens (a chain's length or a tree's node count; 0 for vanilla) reaching depth `drafted_depth`, of which
+        the first `accepted` positions were accepted and kept (drafts cut by an EOS or a stop string do not count)."""
+        self.target_forwards += 1
+        self.target_time_s += target_time_s
+        if drafted_depth == 0:
+            return
         for i in range(drafted_depth):
             self.proposed_per_position[i] += 1
             self.accepted_per_position[i] += int(i < accepted)
@@ -79,8 +84,19 @@ class GenerationStats:
         return [_ratio(a, p) for a, p in zip(self.accepted_per_position, self.proposed_per_position)]
 
     @property
-    def tokens_per_s(self) -> float | None:
+    def end_to_end_tokens_per_s(self) -> float | None:
+        """Generated tokens per second of the whole request, prefill (prompt processing, first token) included."""
         return _ratio(self.tokens, self.wall_time_s)
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens emitted by decode steps per second of decoding (wall time after the prefill).
+
+        The prefill is the same target work for every method, so leaving it out compares what the methods change.
+        This is the throughput `frspec bench` reports and its speedups divide.
+        """
+        decode_time = self.wall_time_s - self.prefill_time_s
+        return self.decode_tokens / decode_time if self.decode_tokens and decode_time > 0 else None
 
     @property
     def mean_target_forward_s(self) -> float | None:
@@ -112,7 +128,8 @@ class GenerationStats:
         for name in (
             "acceptance_length",
             "acceptance_rate_per_position",
-            "tokens_per_s",
+            "decode_tokens_per_s",
+            "end_to_end_tokens_per_s",
             "mean_target_forward_s",
             "mean_draft_step_s",
             "forward_ratio",
@@ -129,7 +146,8 @@ class GenerationStats:
             return "-" if x is None else format(x, spec)
 
         parts = [
-            f"{self.tokens} tokens in {self.wall_time_s:.2f}s ({fmt(self.tokens_per_s, '.2f')} tok/s)",
+            f"{self.tokens} tokens in {self.wall_time_s:.2f}s ({fmt(self.end_to_end_tokens_per_s, '.2f')} tok/s end "
+            f"to end, {fmt(self.decode_tokens_per_s, '.2f')} decoding)",
             f"{self.target_forwards} target forwards",
             f"acceptance length {fmt(self.acceptance_length, '.2f')}",
         ]

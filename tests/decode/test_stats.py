@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from frspec.spec.stats import GenerationStats
+from frspec.decode.stats import GenerationStats
 
 
 def _stats(**kw) -> GenerationStats:
@@ -33,12 +33,13 @@ def test_derived_values():
     s = _stats()
     assert s.acceptance_length == 2.0
     assert s.acceptance_rate_per_position == [0.75, 0.5, 0.25]
-    assert s.tokens_per_s == 9 / 4.0
+    assert s.end_to_end_tokens_per_s == 9 / 4.0 and s.decode_tokens_per_s == 8 / 3.5
     assert s.forward_ratio == pytest.approx((1.2 / 12) / (2.0 / 4))
     assert s.lm_head_share == pytest.approx(0.25)
     assert s.overhead_time_s == pytest.approx(0.3)
     d = json.loads(json.dumps(s.to_dict()))
-    for key in ("tokens", "target_forwards", "acceptance_length", "tokens_per_s", "forward_ratio"):
+    for key in ("tokens", "target_forwards", "acceptance_length", "decode_tokens_per_s", "end_to_end_tokens_per_s",
+                "forward_ratio"):
         assert key in d
     assert "acceptance length 2.00" in s.summary()
 

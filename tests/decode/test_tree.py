@@ -5,16 +5,13 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from frspec.errors import FrspecError
-from frspec.spec.sampling import SamplingParams
-from frspec.spec.tree import (
-    TokenTree,
-    TreeShape,
-    additive_mask,
-    causal_mask,
-    check_tree_support,
-    grow_tree,
-    keep_cache_entries,
-)
+from frspec.decode.sampling import SamplingParams
+from frspec.decode.kv_cache import keep_cache_entries
+from frspec.decode.token_tree import TokenTree, check_tree_support
+from frspec.decode.tree_growth import grow_tree
+from frspec.decode.tree_shape import TreeShape
+from frspec.models.attention import additive_mask, causal_mask
+from frspec.vocab.draft_vocab import DraftVocab
 
 GREEDY = SamplingParams()
 
@@ -83,7 +80,7 @@ def test_tree_shape_kinds_and_limits():
     assert TreeShape.chain(4).kind == "chain" and TreeShape.chain(4).max_drafts == 4
     assert TreeShape.static(3, 2).kind == "static" and TreeShape.static(3, 2).max_drafts == 2 + 4 + 8
     dyn = TreeShape.dynamic(depth=5, topk=4, budget=20)
-    assert dyn.kind == "dynamic" and dyn.max_drafts == 20 and "budget=20" in dyn.describe()
+    assert dyn.kind == "dynamic" and dyn.max_drafts == 20 and "x20" in dyn.describe()
     for bad in [dict(depth=0), dict(depth=2, branching=0), dict(depth=2, branching=2, budget=0)]:
         with pytest.raises(FrspecError):
             TreeShape(**bad)
@@ -146,7 +143,8 @@ def test_greedy_static_tree_is_full_and_takes_top_children():
 def test_draft_to_target_maps_draft_indices():
     fake = FakeDrafter()
     to_target = torch.arange(V) * 3 + 100
-    tree = grow_tree(0, fake.root_logits(0), TreeShape.chain(1), fake.expand, GREEDY, draft_to_target=to_target)
+    vocab = DraftVocab.build(torch.zeros(V, 1), head_to_target=to_target, vocab_size=3 * V + 100)
+    tree = grow_tree(0, fake.root_logits(0), TreeShape.chain(1), fake.expand, GREEDY, vocab=vocab)
     assert tree.tokens[1] == 100 + 3 * int(fake.root_logits(0).argmax())
 
 
@@ -182,8 +180,8 @@ def test_sampled_static_tree_draws_distinct_siblings_and_records_q():
     to_target = torch.arange(V) + 5
     gen = torch.Generator().manual_seed(0)
     tree = grow_tree(
-        1, fake.root_logits(1), TreeShape.static(2, 3), fake.expand, params, gen, draft_to_target=to_target,
-        vocab_size=V + 5,
+        1, fake.root_logits(1), TreeShape.static(2, 3), fake.expand, params, gen,
+        vocab=DraftVocab.build(torch.zeros(V, 1), head_to_target=to_target, vocab_size=V + 5),
     )
     assert tree.num_drafts == 3 + 9
     for node in range(len(tree)):
@@ -201,7 +199,7 @@ def test_sampled_static_tree_draws_distinct_siblings_and_records_q():
 def test_sampled_tree_stops_at_a_small_support():
     fake = FakeDrafter()
     params = SamplingParams(temperature=1.0, top_k=2)
-    tree = grow_tree(1, fake.root_logits(1), TreeShape.static(1, 5), fake.expand, params, vocab_size=V)
+    tree = grow_tree(1, fake.root_logits(1), TreeShape.static(1, 5), fake.expand, params, vocab=DraftVocab.build(torch.zeros(V, 1)))
     assert tree.num_drafts == 2
 
 

@@ -6,11 +6,18 @@ from functools import lru_cache
 import pytest
 import torch
 
-from frspec.spec.sampling import SamplingParams, logits_to_probs, sample
-from frspec.spec.tree import TokenTree, TreeShape, grow_tree
-from frspec.spec.tree_verify import TreeVerdict, verify_tree, verify_tree_greedy, verify_tree_sampling
+from frspec.decode.sampling import SamplingParams, logits_to_probs, sample
+from frspec.decode.token_tree import TokenTree
+from frspec.decode.tree_growth import grow_tree
+from frspec.decode.tree_shape import TreeShape
+from frspec.decode.verify import Verdict as TreeVerdict
+from frspec.decode.verify import verify as verify_tree
+from frspec.decode.verify import verify_greedy as verify_tree_greedy
+from frspec.decode.verify import verify_sampling as verify_tree_sampling
+from frspec.vocab.draft_vocab import DraftVocab
 
 V = 5
+IDENTITY = DraftVocab.build(torch.zeros(V, 1))  # draft index i is target id i
 
 
 def path_seed(path: tuple[int, ...]) -> int:
@@ -44,7 +51,7 @@ def expand(tree: TokenTree, nodes: list[int]) -> torch.Tensor:
 
 
 def grow(root: int, shape: TreeShape, params: SamplingParams, gen: torch.Generator) -> TokenTree:
-    return grow_tree(root, draft_logits_at((root,)), shape, expand, params, gen, vocab_size=V)
+    return grow_tree(root, draft_logits_at((root,)), shape, expand, params, gen, vocab=IDENTITY)
 
 
 # --- greedy --------------------------------------------------------------------------------------------------------
