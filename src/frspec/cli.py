@@ -1,4 +1,5 @@
-"""The `frspec` command. Each area registers its own subcommands; this module only dispatches and reports errors."""
+"""The `frspec` command. Each subcommand registers itself (frspec/commands/); this module only dispatches and reports
+errors."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from frspec.errors import FrspecError
 # Modules that define `register(subparsers)`. Imported lazily per area so `frspec --help` stays fast and an area
 # under construction cannot break the others.
 _COMMAND_MODULES = [
-    "frspec.vocab.commands",
-    "frspec.decode.commands",
-    "frspec.models.commands",
-    "frspec.bench.commands",
-    "frspec.train.commands",
+    "frspec.commands.vocab",
+    "frspec.commands.generate",
+    "frspec.commands.models",
+    "frspec.commands.bench",
+    "frspec.commands.train",
 ]
 
 

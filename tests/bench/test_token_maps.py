@@ -5,7 +5,8 @@ import pytest
 from frspec.bench import token_maps
 from frspec.bench.token_maps import resolve_token_maps
 from frspec.errors import FrspecError
-from frspec.models.tokenizer import load_tokenizer, tokenizer_identity
+from frspec.models.tokenizer import load_tokenizer
+from frspec.vocab.tokenizer_identity import tokenizer_identity
 from frspec.vocab import counting
 from frspec.vocab.counting import count_tokens
 from frspec.vocab.token_map import TokenMap

@@ -33,7 +33,7 @@ def token_maps_dir(cache_dir: str | os.PathLike | None = None) -> Path:
 def sharegpt_counts(tokenizer: Any, vocab_size: int, cache_dir: str | os.PathLike | None = None,
                     progress: bool = True) -> tuple[Any, Path]:
     """Token counts of the ShareGPT slice for `tokenizer` over `vocab_size` ids, counted once and cached."""
-    from frspec.models.tokenizer import tokenizer_identity
+    from frspec.vocab.tokenizer_identity import tokenizer_identity
     from frspec.vocab.counting import count_corpus
     from frspec.vocab.counts import TokenCounts
 
@@ -100,7 +100,7 @@ def resolve_token_maps(
     Explicit map files win (their sizes replace `sizes`); then maps selected from `counts_file`; otherwise the
     default ShareGPT maps. Every map is checked against the model's vocabulary and the tokenizer.
     """
-    from frspec.models.tokenizer import tokenizer_identity
+    from frspec.vocab.tokenizer_identity import tokenizer_identity
 
     identity = tokenizer_identity(tokenizer)
     if token_map_files:

@@ -18,7 +18,7 @@ from frspec.decode.sampling import SamplingParams
 from frspec.decode.timing import now
 from frspec.decode.token_tree import TokenTree
 from frspec.decode.tree_shape import TreeShape
-from frspec.models.tokenizer import tokenizer_identity
+from frspec.vocab.tokenizer_identity import tokenizer_identity
 from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.token_map import TokenMap
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from frspec.errors import FrspecError
-from frspec.models.tokenizer import cache_dir as default_cache_root
+from frspec.paths import cache_dir as default_cache_root
 
 MARKER = "frspec-cache.json"
 FORMAT = 1

@@ -16,6 +16,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 from frspec.errors import FrspecError
+from frspec.models.cache import gguf_entry
+from frspec.models.defaults import DEFAULT_MODELS, prepare_default_models
 
 DTYPES = {
     "bf16": torch.bfloat16,
@@ -69,8 +71,6 @@ def auto_dtype(config, device: torch.device) -> torch.dtype:
 
 
 def is_default_model_name(spec: str) -> bool:
-    from frspec.models.defaults import DEFAULT_MODELS
-
     return spec in DEFAULT_MODELS
 
 
@@ -83,13 +83,9 @@ def resolve_model_dir(spec: str | os.PathLike, cache_dir: str | os.PathLike | No
     """
     spec = str(spec)
     if is_default_model_name(spec):
-        from frspec.models.defaults import prepare_default_models
-
         return str(prepare_default_models(cache_dir=cache_dir, which=(spec,))[spec])
     path = Path(spec).expanduser()
     if path.suffix == ".gguf":
-        from frspec.models.cache import gguf_entry
-
         return str(gguf_entry(path, cache_dir))
     if path.exists():
         if not path.is_dir():

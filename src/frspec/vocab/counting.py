@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from frspec.errors import FrspecError
-from frspec.models.tokenizer import tokenizer_identity
+from frspec.vocab.tokenizer_identity import tokenizer_identity
 from frspec.vocab.chat import ChatRenderer
 from frspec.vocab.corpus import Corpus, Document
 from frspec.vocab.counts import TokenCounts

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from frspec.errors import FrspecError
 from frspec.io import atomic_path
-from frspec.models.tokenizer import same_tokenizer
+from frspec.vocab.tokenizer_identity import same_tokenizer
 
 COUNTS_METADATA_KEY = "frspec_counts"
 COUNTS_FORMAT_VERSION = 1

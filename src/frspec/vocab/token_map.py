@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
 from frspec.errors import FrspecError
-
-if TYPE_CHECKING:
-    from frspec.vocab.counts import TokenCounts
+from frspec.vocab import formats
+from frspec.vocab.counts import TokenCounts
 
 
 class TokenMap:
@@ -118,16 +117,15 @@ class TokenMap:
         format, which does not record it (without it, max id + 1 is assumed and `metadata["vocab_size_known"]` is
         False). `threshold` applies to vllm-scores files: ids scoring above it are kept.
         """
-        from frspec.vocab.formats import load_token_map
-
-        return load_token_map(path, format=format, vocab_size=vocab_size, threshold=threshold)
+        token_map = cls(**formats.read_token_map(path, format=format, vocab_size=vocab_size, threshold=threshold))
+        if vocab_size is not None:
+            token_map.check_vocab_size(vocab_size, "the model")
+        return token_map
 
     def save(self, path: str | Path, format: str | None = None) -> str:
         """Write atomically; the format defaults from the extension (.pt/.pth -> thunlp, else frspec).
         Returns the format written."""
-        from frspec.vocab.formats import save_token_map
-
-        return save_token_map(self, path, format=format)
+        return formats.write_token_map(self, path, format=format)
 
     # -- selection ---------------------------------------------------------------------------------------------
 
@@ -148,8 +146,6 @@ class TokenMap:
         tokens recorded when counting) and `keep` ({token: id} or ids). Ids come out by descending count, ties by
         id. The metadata records the selection, the coverage on these counts, and how many ids were forced in.
         """
-        from frspec.vocab.counts import TokenCounts
-
         source = counts if isinstance(counts, TokenCounts) else TokenCounts(counts)
         named = dict(source.keep_tokens)
         if isinstance(keep, Mapping):

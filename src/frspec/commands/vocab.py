@@ -253,7 +253,7 @@ def _info(args: argparse.Namespace) -> int:
 def _coverage(args: argparse.Namespace) -> int:
     """Print the coverage curve (k -> share of tokens covered by the k most frequent ids) as a table, optionally
     measured on held-out counts and plotted with k on a log axis."""
-    from frspec.models.tokenizer import same_tokenizer
+    from frspec.vocab.tokenizer_identity import same_tokenizer
     from frspec.vocab.counts import TokenCounts
     from frspec.vocab.coverage import coverage_curve, map_coverage, plot_coverage, table_sizes
     from frspec.vocab.token_map import TokenMap
@@ -304,7 +304,8 @@ def _check_out(path: str) -> None:
 
 
 def _tokenizer_and_identity(spec: str):
-    from frspec.models.tokenizer import load_tokenizer, tokenizer_identity
+    from frspec.models.tokenizer import load_tokenizer
+    from frspec.vocab.tokenizer_identity import tokenizer_identity
 
     tokenizer = load_tokenizer(spec)
     return tokenizer, tokenizer_identity(tokenizer)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from frspec.commands.options import add_threads
+
 # Heavy imports (torch, transformers) happen inside the handlers, so building the CLI parser stays fast.
 
 
@@ -22,7 +24,7 @@ def register(subparsers) -> None:
     prepare.add_argument("--only", choices=["target", "draft", "eagle-head"],
                          help="prepare just this; eagle-head trains the EAGLE head for the 0.5B model on ShareGPT "
                               "(docs/training.md: ~1.5 hours on a 2-core CPU, resumes if interrupted)")
-    prepare.add_argument("--threads", type=int, help="CPU threads for torch (eagle-head)")
+    add_threads(prepare)  # used by the eagle-head step
     prepare.add_argument("--force", action="store_true", help="rebuild even when a valid cache entry exists")
     prepare.add_argument("--keep-gguf", action="store_true", help="keep the assembled GGUF (~1.6 GB) in the cache")
     prepare.set_defaults(func=run_prepare)

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from frspec.commands.options import add_device, add_dtype, add_seed, add_threads
 from frspec.errors import FrspecError
 
 
@@ -37,13 +38,12 @@ def register(subparsers) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     p.add_argument("--top-p", type=float, default=1.0, help="top-p filter when sampling (1.0 = off)")
     p.add_argument("--top-k", type=int, default=0, help="top-k filter when sampling (0 = off)")
-    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: random)")
+    add_seed(p)
     p.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)")
     p.add_argument("--raw", action="store_true", help="use the prompt as is, without the chat template")
-    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
-                   help="model dtype (auto: bf16 on CPU)")
-    p.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    add_dtype(p)
+    add_device(p)
+    add_threads(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.set_defaults(func=run_generate)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from frspec.bench.eagle_heads import DEFAULT_EAGLE_TARGET, DEFAULT_HEAD
 from frspec.bench.methods import plan_methods
+from frspec.commands.options import add_device, add_dtype, add_seed, add_threads
 from frspec.errors import FrspecError
 from frspec.decode.tree_shape import SYNTAX, TreeShape, shapes_text
 
@@ -99,13 +100,13 @@ def register(subparsers) -> None:
                         f"{','.join(map(str, DEFAULT.eagle_token_map_sizes))})")
     p.add_argument("--counts", default=None, metavar="FILE",
                    help="build the maps from this token-counts file instead of the default ShareGPT counts")
-    p.add_argument("--dtype", default="auto", help="model dtype: auto (bf16 on CPU), bf16, fp16, fp32, fp64")
-    p.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    add_dtype(p)
+    add_device(p)
+    add_threads(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     p.add_argument("--top-k", type=int, default=0, help="top-k filter when sampling (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="top-p filter when sampling (1.0 = off)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed; prompt i uses seed + i for every method")
+    add_seed(p, "sampling seed; prompt i uses seed + i for every method")
     p.add_argument("--warmup-tokens", type=int, default=8, help="tokens of each method's unmeasured warm-up (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run_bench)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from frspec.commands.options import add_device, add_dtype, add_seed, add_threads
 from frspec.errors import FrspecError
 
 
@@ -47,14 +48,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="train draft depths 1..D: depth d > 1 reads the head's own depth d-1 output, as when "
                    "drafting a chain (training-time test, as in HASS and EAGLE-3; D times the cost). Default 1")
     p.add_argument("--eval-every", type=int, default=50, help="hold out every n-th document (default 50)")
-    p.add_argument("--seed", type=int, default=0)
+    add_seed(p, "shuffling and initialisation seed")
     p.add_argument("--max-steps", type=int, help="stop (with a checkpoint) after this many steps")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in the work directory")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    p.add_argument("--dtype", default="auto",
-                   help="target dtype while collecting: auto (fp32 on CPU, bf16 on GPU), bf16, fp16, fp32")
+    add_device(p)
+    add_dtype(p, auto="fp32 on CPU, bf16 on GPU", what="target dtype while collecting")
     p.add_argument("--save-dtype", default="bf16", help="dtype of the written head (default bf16)")
-    p.add_argument("--threads", type=int, help="CPU threads for torch")
+    add_threads(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_eagle)
 
