@@ -100,3 +100,21 @@ def test_sampling_a_tree_on_cuda_passes_the_device_to_every_draw():
         out = build_generator(target, draft, tree=shape).generate(
             input_ids=PROMPT, max_new_tokens=12, sampling=SamplingParams(temperature=1.0, seed=0), eos_token_ids=[])
         assert len(out.token_ids) == 12
+
+
+def test_keep_path_gathers_only_plain_full_attention_layers():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=16,
+                      max_window_layers=1)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(cfg).eval()
+    cache = kv_cache.new_cache(model)
+    with torch.no_grad():
+        model(input_ids=torch.tensor([PROMPT]), cache=cache, use_cache=True)
+    assert kv_cache.cache_length(cache) == len(PROMPT)
+    with pytest.raises(FrspecError, match="cannot drop tree entries"):
+        kv_cache.keep_path(cache, 2, [0, 2])  # not a prefix: a gather, refused for the sliding-window layer
+    kv_cache.keep_path(cache, 2, [0, 1])  # a prefix: a crop, which every layer supports
+    assert kv_cache.cache_length(cache) == 4
