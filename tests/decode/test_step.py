@@ -118,3 +118,14 @@ def test_keep_path_gathers_only_plain_full_attention_layers():
         kv_cache.keep_path(cache, 2, [0, 2])  # not a prefix: a gather, refused for the sliding-window layer
     kv_cache.keep_path(cache, 2, [0, 1])  # a prefix: a crop, which every layer supports
     assert kv_cache.cache_length(cache) == 4
+
+
+def test_an_eagle_head_needs_an_attention_that_applies_tree_masks():
+    from eagle_tiny import mostly_bigram, oracle_eagle2_head
+
+    target = mostly_bigram(tiny_lm("llama", VOCAB, seed=0))
+    head = oracle_eagle2_head(target)
+    build_generator(target, eagle=head, num_spec_tokens=2)
+    head.config._attn_implementation = "flash_attention_2"  # the head drafts even a chain under a tree mask
+    with pytest.raises(FrspecError, match="EAGLE head"):
+        build_generator(target, eagle=head, num_spec_tokens=2)
