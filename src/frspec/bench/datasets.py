@@ -47,17 +47,22 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise FrspecError(f"prompt file not found: {path}")
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise FrspecError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise FrspecError(f"{path}:{lineno}: each line must be a JSON object, got {type(row).__name__}")
-            rows.append(row)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise FrspecError(f"{path} is not UTF-8 text (byte {e.start}); re-encode it as UTF-8") from None
+    except OSError as e:
+        raise FrspecError(f"cannot read prompt file {path}: {e.strerror or e}") from None
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise FrspecError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise FrspecError(f"{path}:{lineno}: each line must be a JSON object, got {type(row).__name__}")
+        rows.append(row)
     if not rows:
         raise FrspecError(f"prompt file {path} has no prompts")
     return rows

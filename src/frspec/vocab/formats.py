@@ -68,7 +68,12 @@ def load_token_map(
     detected = _detect(content, path)
     if format is not None and format != detected:
         raise FrspecError(f"{path} is not a {format} token map (it looks like {detected})")
-    token_map = _READERS[detected](content, path, threshold)
+    try:
+        token_map = _READERS[detected](content, path, threshold)
+    except FrspecError as e:
+        # Name the file and the format it was read as: a map in an unexpected format reads as something else.
+        reason = str(e).removeprefix(f"{path}: ")
+        raise FrspecError(f"{path} (read as a {detected} token map): {reason}") from e
     token_map.metadata["format"] = detected
     if detected == "thunlp":
         if vocab_size is not None:
@@ -97,8 +102,9 @@ def _read(path: Path) -> dict[str, Any]:
             head = f.read(9)
     except OSError as e:
         raise FrspecError(f"cannot read token map {path}: {e.strerror or e}") from e
+    kind = "safetensors" if len(head) == 9 and head[8:9] == b"{" else "torch"
     try:
-        if len(head) == 9 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] < (100 << 20):
+        if kind == "safetensors" and struct.unpack("<Q", head[:8])[0] < (100 << 20):
             with safe_open(str(path), framework="pt") as f:
                 return {"kind": "safetensors", "metadata": f.metadata() or {},
                         "tensors": {k: f.get_tensor(k) for k in f.keys() if k in ("ids", "counts", "d2t", "t2d")},
@@ -106,7 +112,9 @@ def _read(path: Path) -> dict[str, Any]:
         return {"kind": "torch", "value": torch.load(path, map_location="cpu", weights_only=True)}
     except Exception as e:  # unpickling, zip and safetensors errors all mean the file is not a readable map
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise FrspecError(f"cannot read token map {path}: not a token-map file or corrupt ({first[:160]})") from e
+        raise FrspecError(
+            f"cannot read token map {path} (read as a {kind} file): not a token-map file or corrupt ({first[:160]})"
+        ) from e
 
 
 def _detect(content: dict[str, Any], path: Path) -> str:
@@ -129,7 +137,10 @@ def _detect(content: dict[str, Any], path: Path) -> str:
             return "vllm-scores"
         if value.dtype != torch.bool:
             return "thunlp"  # some tools save the thunlp list as a tensor
-    raise FrspecError(f"{path}: unrecognized token-map content ({type(value).__name__})")
+    raise FrspecError(
+        f"{path}: unrecognized token-map content (read as a torch file holding a {type(value).__name__}; "
+        f"expected a list of ids (thunlp), a float score tensor (vllm-scores) or a d2t/t2d dict (eagle3))"
+    )
 
 
 def _read_thunlp(content: dict[str, Any], path: Path, threshold: float) -> TokenMap:
