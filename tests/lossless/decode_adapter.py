@@ -16,11 +16,14 @@ import torch
 
 from frspec.spec import tree_verify as _tree_verify
 from frspec.spec.drafters import Draft
+from frspec.spec.engine import build_generator  # noqa: F401  (re-exported: the end-to-end tests' entry point)
 from frspec.spec.sampling import SamplingParams, logits_to_probs, sample
 from frspec.spec.tree import TokenTree, TreeShape, grow_tree
 from frspec.spec.tree_verify import verify_tree
 from frspec.spec.verify import verify_sampling
 from frspec.vocab.draft_vocab import DraftVocab
+
+__all__ = ["SamplingParams", "TreeShape", "build_generator", "logits_to_probs"]
 
 # Draft logits at a context: (depth, token) -> hidden state the DraftVocab scores; target logits at a node.
 HiddenFn = Callable[[int, int], torch.Tensor]

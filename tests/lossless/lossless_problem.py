@@ -22,7 +22,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from frspec.spec.sampling import SamplingParams
+from decode_adapter import SamplingParams
 from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.token_map import TokenMap
 

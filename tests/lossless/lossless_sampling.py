@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 import decode_adapter as dec
-from frspec.spec.tree import TreeShape
+from decode_adapter import TreeShape
 from lossless_power import samples_for_tv
 from lossless_problem import PARAMS, ROOT, V, Problem
 

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import decode_adapter as dec
-from frspec.spec.sampling import logits_to_probs
+from decode_adapter import logits_to_probs
 from lossless_power import DistributionMismatch, check_distribution
 from lossless_problem import DEPTHS, PARAMS, V, VARIANTS, Problem, make_problem
 from lossless_sampling import SCALE, SHAPES, count_first_two, sample_size

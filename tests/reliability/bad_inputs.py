@@ -107,8 +107,8 @@ def _rows() -> list[Row]:
           lambda ws, t: (count(ws, ws.text, t / "c.st", "--limit", "0"), t / "c.st"), 2, r"--limit"),
         R("count-skip-negative", "vocab count", "--skip -1",
           lambda ws, t: (count(ws, ws.text, t / "c.st", "--skip", "-1"), t / "c.st"), 2, r"--skip"),
-        R("count-vocab-size-too-small", "vocab count", "--vocab-size smaller than the tokenizer",
-          lambda ws, t: (count(ws, ws.text, t / "c.st", "--vocab-size", "3"), t / "c.st"), 2, r"vocab"),
+        R("count-vocab-size-negative", "vocab count", "--vocab-size -3",
+          lambda ws, t: (count(ws, ws.text, t / "c.st", "--vocab-size", "-3"), t / "c.st"), 2, r"--vocab-size"),
         R("count-out-unwritable", "vocab count", "--out under a regular file",
           lambda ws, t: (count(ws, ws.text, under_a_file(ws, "c.st")), None), 2, r"corpus\.txt"),
         # --- vocab build -------------------------------------------------------------------------------------------
