@@ -11,7 +11,8 @@ gives probability 0 must never occur, and the chi-square check at ALPHA = 1e-3 d
 variation >= DETECTED_TV = 0.01 with probability >= 0.9 (asserted per test from its sample size and cell count).
 
 Negative controls: three subtle wrong residual rules, patched into the real tree verifier, must fail the same check
-at the same sample size.
+(same function, same alpha) already at CONTROL_SAMPLES = 40,000 samples, a third of the positive tests' size: so
+the positive tests would catch each of them with a wide margin.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from lossless_problem import DEPTHS, PARAMS, V, VARIANTS, Problem, make_problem
 from lossless_sampling import SCALE, SHAPES, count_first_two, sample_size
 
 DETECTED_TV = 0.01  # the total variation every positive test below detects (power 0.9, alpha 1e-3)
+CONTROL_SAMPLES = 40_000
 PROBLEM = make_problem(0)
 
 
@@ -43,9 +45,9 @@ def _count_worker(args):
             restore()
 
 
-def counts(method: str, variant: str, seed: int, control: str | None = None) -> np.ndarray:
-    """sample_size(PROBLEM) steps, split over two processes (fixed seeds per half)."""
-    n = sample_size(PROBLEM)
+def counts(method: str, variant: str, seed: int, control: str | None = None, n: int | None = None) -> np.ndarray:
+    """n (default sample_size(PROBLEM)) steps, split over two processes (fixed seeds per half)."""
+    n = sample_size(PROBLEM) if n is None else n
     halves = [(method, variant, n // 2, 2 * seed, control), (method, variant, n - n // 2, 2 * seed + 1, control)]
     with mp.get_context("fork").Pool(2) as pool:
         parts = pool.map(_count_worker, halves)
@@ -124,6 +126,6 @@ def _apply_control(control: str, variant: str):
 @pytest.mark.lossless_heavy
 @pytest.mark.parametrize("control", ["unfiltered_q", "wrong_sibling", "not_renormalised"])
 def test_negative_controls_fail_the_same_check(control):
-    c = counts("static", "map", seed=11, control=control)
+    c = counts("static", "map", seed=11, control=control, n=max(int(CONTROL_SAMPLES * SCALE), 1000))
     with pytest.raises(DistributionMismatch):
         check_distribution(c, PROBLEM.reference_joint, f"static/map with {control}")
