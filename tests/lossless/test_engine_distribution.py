@@ -12,23 +12,18 @@ engine); the fixed-logit tests (test_verify_distribution.py) carry the 0.01 powe
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "spec"))
+from eagle_tiny import mostly_bigram, oracle_eagle3_head
+from spec_tiny import noisy_copy, sharpen, tiny_lm
 
-from eagle_tiny import mostly_bigram, oracle_eagle3_head  # noqa: E402
-from spec_tiny import noisy_copy, sharpen, tiny_lm  # noqa: E402
-
-from decode_adapter import SamplingParams, TreeShape, build_generator  # noqa: E402
-from frspec.vocab.token_map import TokenMap  # noqa: E402
-from lossless_power import check_distribution  # noqa: E402
-from lossless_reference import reference_probs  # noqa: E402
-from lossless_sampling import SCALE  # noqa: E402
+from decode_adapter import SamplingParams, TreeShape, build_generator
+from frspec.vocab.token_map import TokenMap
+from lossless_power import check_distribution
+from lossless_reference import reference_probs
+from lossless_sampling import SCALE
 
 V = 16
 PROMPT = [3, 9, 1]

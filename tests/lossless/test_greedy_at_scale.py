@@ -8,19 +8,14 @@ so any mismatch fails.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "spec"))
+from eagle_tiny import mostly_bigram, oracle_eagle2_head, oracle_eagle3_head
+from spec_tiny import hf_greedy, noisy_copy, tiny_lm
 
-from eagle_tiny import mostly_bigram, oracle_eagle2_head, oracle_eagle3_head  # noqa: E402
-from spec_tiny import hf_greedy, noisy_copy, tiny_lm  # noqa: E402
-
-from decode_adapter import TreeShape, build_generator  # noqa: E402
-from frspec.vocab.token_map import TokenMap  # noqa: E402
+from decode_adapter import TreeShape, build_generator
+from frspec.vocab.token_map import TokenMap
 
 VOCAB = 128
 PROMPTS = 100

@@ -317,7 +317,8 @@ def markdown_table() -> str:
     import tempfile
 
     here = Path(__file__).resolve().parent
-    sys.path[:0] = [str(here), str(here.parent / "spec"), str(here.parent / "models")]
+    shared = [here.parent / d for d in ("decode", "spec", "models") if (here.parent / d).is_dir()]
+    sys.path[:0] = [str(here)] + [str(d) for d in shared]
     os.environ["FRSPEC_CACHE"] = tempfile.mkdtemp()
     from conftest import Workspace
     from test_bad_inputs import run_cli

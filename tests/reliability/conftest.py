@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-for _shared in ("spec", "models"):
-    sys.path.append(str(Path(__file__).resolve().parents[1] / _shared))
+# Reused helpers: tiny models and heads (tests/spec until the decode redesign, tests/decode after it), tiny GGUFs.
+for _shared in ("decode", "spec", "models"):
+    if (Path(__file__).resolve().parents[1] / _shared).is_dir():
+        sys.path.append(str(Path(__file__).resolve().parents[1] / _shared))
 
 from eagle_tiny import oracle_eagle2_checkpoint  # noqa: E402
 from spec_tiny import tiny_lm, tiny_tokenizer  # noqa: E402
