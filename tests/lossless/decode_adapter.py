@@ -73,10 +73,14 @@ def verify_tree_tokens(tree: TokenTree, target_at: TargetFn, params: SamplingPar
 
 # --- the verifier's pieces, for negative controls -------------------------------------------------------------------
 
-RESIDUAL_MODULE = _tree_verify  # module whose `_residual(p, r)` the controls replace
-original_residual = _tree_verify._residual
+# name -> (module, attribute): `residual(p, r)` = normalise(max(p - r, 0)); the redesigned verifier adds
+# `sibling_proposal(q_remaining)` = q_remaining / q_remaining.sum().
+PIECES = {"residual": (_tree_verify, "_residual")}
+ORIGINAL = {name: getattr(module, attr) for name, (module, attr) in PIECES.items()}
 
 
-def patch_residual(monkeypatch, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
-    """Replace the tree verifier's residual normalise(max(p - r, 0)) by `fn(p, r)`."""
-    monkeypatch.setattr(RESIDUAL_MODULE, "_residual", fn)
+def replace_piece(name: str, fn: Callable) -> Callable[[], None]:
+    """Replace one of the verifier's pieces by `fn`; returns the function that restores it."""
+    module, attr = PIECES[name]
+    setattr(module, attr, fn)
+    return lambda: setattr(module, attr, ORIGINAL[name])
