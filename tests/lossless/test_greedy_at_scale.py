@@ -8,6 +8,8 @@ so any mismatch fails.
 
 from __future__ import annotations
 
+import multiprocessing as mp
+
 import pytest
 import torch
 
@@ -75,28 +77,47 @@ def _mismatch(target, prompt, got, want) -> str:
     return f"{kind} at generated position {i}: got {got[i:i + 3]}, want {want[i:i + 3]}, top-2 margin {margin:.3g}"
 
 
+_SHARED: dict = {}  # what forked workers inherit: the target, the prompts and references, the methods
+
+
+def _check_method(name: str) -> tuple[list[str], int]:
+    target, prompts, refs, kwargs = _SHARED["target"], _SHARED["prompts"], _SHARED["refs"], _SHARED["methods"][name]
+    torch.set_num_threads(1)
+    generator = build_generator(target, **kwargs)
+    failures, accepted = [], 0
+    for prompt, ref in zip(prompts, refs):
+        out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+        if out.token_ids != ref:
+            failures.append(f"{name}, prompt {prompt}: {_mismatch(target, prompt, out.token_ids, ref)}")
+        accepted += sum(out.stats.accepted_per_position)
+    return failures, accepted
+
+
 def test_greedy_identity_on_100_prompts_per_method(target, prompts_and_refs):
     prompts, refs = prompts_and_refs
-    failures = []
-    for name, kwargs in methods(target).items():
-        generator = build_generator(target, **kwargs)
-        accepted = 0
-        for prompt, ref in zip(prompts, refs):
-            out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
-            if out.token_ids != ref:
-                failures.append(f"{name}, prompt {prompt}: {_mismatch(target, prompt, out.token_ids, ref)}")
-            accepted += sum(out.stats.accepted_per_position)
+    _SHARED.update(target=target, prompts=prompts, refs=refs, methods=methods(target))
+    names = list(_SHARED["methods"])
+    with mp.get_context("fork").Pool(2) as pool:  # two cores: methods split over two processes
+        results = dict(zip(names, pool.map(_check_method, names)))
+    failures = [f for fs, _ in results.values() for f in fs]
+    assert not failures, "\n".join(failures[:10])
+    for name, (_, accepted) in results.items():
         if name != "vanilla":
             assert accepted > 0, f"{name} never had a draft accepted: the identity check would be vacuous"
-    assert not failures, "\n".join(failures[:10])
+
+
+@pytest.fixture(scope="module")
+def long_reference(target):
+    prompt = [7, 3, 99, 12]
+    ref = hf_greedy(target, prompt, LONG)
+    assert len(set(ref[-500:])) > 3, "the reference should not have collapsed into a short loop"
+    return prompt, ref
 
 
 @pytest.mark.lossless_heavy
 @pytest.mark.parametrize("name", ["draft+map-chain", "eagle2-static", "eagle3-d2t+map-dynamic"])
-def test_long_generations_stay_identical(target, name):
-    prompt = [7, 3, 99, 12]
-    ref = hf_greedy(target, prompt, LONG)
-    assert len(set(ref[-500:])) > 3, "the reference should not have collapsed into a short loop"
+def test_long_generations_stay_identical(target, long_reference, name):
+    prompt, ref = long_reference
     out = build_generator(target, **methods(target)[name]).generate(input_ids=prompt, max_new_tokens=LONG,
                                                                     eos_token_ids=[])
     assert out.token_ids == ref, _mismatch(target, prompt, out.token_ids, ref)
