@@ -85,6 +85,7 @@ def check_distribution(counts: np.ndarray, probs: np.ndarray, what: str, alpha: 
     empirical_tv = 0.5 * float(np.abs(counts / n - probs).sum())
     if pvalue < alpha:
         raise DistributionMismatch(
-            f"{what}: chi-square p = {pvalue:.3g} < {alpha} over {cells} cells, n = {n}, empirical TV {empirical_tv:.4f}"
+            f"{what}: chi-square p = {pvalue:.3g} < {alpha} over {cells} cells, n = {n}, "
+            f"empirical TV {empirical_tv:.4f}"
         )
     return detectable_tv(n, cells, alpha)

@@ -98,7 +98,7 @@ def test_context_length_check_names_the_numbers():
 # rows `generate-beyond-context` and `generate-max-new-tokens-huge` test that end to end.
 
 
-# --- token-map files in an unexpected format ---------------------------------------------------------------------------
+# --- token-map files in an unexpected format -------------------------------------------------------------------------
 
 
 def test_map_errors_name_the_file_and_the_format_read_as(tmp_path):
