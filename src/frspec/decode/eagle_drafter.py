@@ -24,6 +24,7 @@ from frspec.decode.timing import now
 from frspec.decode.token_tree import TokenTree, expansion_inputs
 from frspec.decode.tree_growth import grow_tree
 from frspec.decode.tree_shape import TreeShape
+from frspec.models.attention import check_arbitrary_masks
 from frspec.models.eagle import EagleHead
 from frspec.vocab.token_map import TokenMap
 
@@ -48,6 +49,10 @@ class EagleDrafter(Drafter):
     @property
     def version(self) -> int:
         return self.head.version
+
+    def check_shape(self, shape: TreeShape) -> None:
+        # The head runs every level of a draft, chains included, under a tree mask.
+        check_arbitrary_masks(self.head.config, "the EAGLE head")
 
     def reset(self) -> None:
         super().reset()

@@ -64,7 +64,7 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
     """A generator for reproducible sampling; an unseeded one draws its seed from torch's global RNG."""
     gen = torch.Generator(device=device)
-    gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
+    gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,), device="cpu").item()))
     return gen
 
 
