@@ -53,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         # The reader (e.g. `| head`) went away; stop quietly like other Unix tools.
         sys.stderr.close()
         return 141
+    except OSError as e:
+        # The environment, not a bug: an unwritable or vanished path, a full disk. Name the path, one line.
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"frspec: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
     return int(result or 0)
 
 

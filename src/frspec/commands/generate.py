@@ -10,6 +10,7 @@ from pathlib import Path
 
 from frspec.commands.options import add_device, add_dtype, add_seed, add_threads
 from frspec.errors import FrspecError
+from frspec.io import read_text
 
 
 def register(subparsers) -> None:
@@ -53,10 +54,7 @@ def _read_prompt(args: argparse.Namespace) -> str:
         return args.prompt
     if args.prompt_file == "-":
         return sys.stdin.read()
-    path = Path(args.prompt_file)
-    if not path.is_file():
-        raise FrspecError(f"prompt file not found: {path}")
-    return path.read_text(encoding="utf-8")
+    return read_text(args.prompt_file, "prompt file")
 
 
 def run_generate(args: argparse.Namespace) -> int:

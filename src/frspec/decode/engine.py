@@ -22,7 +22,7 @@ from frspec.decode.timing import now
 from frspec.decode.token_tree import check_tree_support
 from frspec.decode.tree_shape import TreeShape, check_num_spec_tokens
 from frspec.errors import FrspecError
-from frspec.models.loading import vocab_size_of
+from frspec.models.loading import check_context_length, vocab_size_of
 
 
 @dataclass
@@ -143,8 +143,14 @@ class SpeculativeGenerator:
 
     def _prepare(self, prompt, input_ids, max_new_tokens, sampling, stop_strings, eos_token_ids,
                  apply_chat_template) -> Request:
-        return prepare_request(self.target, self.tokenizer, self.vocab_size, prompt, input_ids, max_new_tokens,
-                               sampling, stop_strings, eos_token_ids, apply_chat_template)
+        request = prepare_request(self.target, self.tokenizer, self.vocab_size, prompt, input_ids, max_new_tokens,
+                                  sampling, stop_strings, eos_token_ids, apply_chat_template)
+        # Before anything is allocated: a request beyond the model's positions is an error, not garbage or an OOM.
+        check_context_length(self.target, len(request.prompt_ids), request.max_new_tokens, "the target")
+        draft_model = getattr(self.drafter, "model", None)
+        if draft_model is not None:
+            check_context_length(draft_model, len(request.prompt_ids), request.max_new_tokens, "the draft model")
+        return request
 
     def _run(self, request: Request, stream: bool) -> Generator[str, None, GenerationOutput]:
         stats = self._new_stats(len(request.prompt_ids))

@@ -147,10 +147,14 @@ class Eagle2Head(EagleHead):
 
 
 class Eagle3DecoderLayer(nn.Module):
-    """EAGLE-3's layer: attention over [input_layernorm(embed), hidden_norm(hidden)] (2H wide), residual on hidden."""
+    """EAGLE-3's layer: attention over [input_layernorm(embed), hidden_norm(hidden)] (2H wide), residual on hidden.
 
-    def __init__(self, config: LlamaConfig):
+    `norm_before_residual` (a speculators / vLLM config flag): the residual is hidden_norm(hidden) instead of the
+    raw hidden state."""
+
+    def __init__(self, config: LlamaConfig, norm_before_residual: bool = False):
         super().__init__()
+        self.norm_before_residual = bool(norm_before_residual)
         h = config.hidden_size
         self.self_attn = LlamaAttention(config, layer_idx=0)
         bias = bool(getattr(config, "attention_bias", False))
@@ -163,10 +167,11 @@ class Eagle3DecoderLayer(nn.Module):
         self.post_attention_layernorm = LlamaRMSNorm(h, eps=config.rms_norm_eps)
 
     def forward(self, embeds, hidden, position_embeddings, attention_mask, cache):
-        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)
+        normed = self.hidden_norm(hidden)
+        x = torch.cat([self.input_layernorm(embeds), normed], dim=-1)
         attn, _ = self.self_attn(hidden_states=x, position_embeddings=position_embeddings,
                                  attention_mask=attention_mask, cache=cache)
-        hidden = hidden + attn
+        hidden = (normed if self.norm_before_residual else hidden) + attn
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
@@ -176,13 +181,14 @@ class Eagle3Head(EagleHead):
     version = 3
 
     def __init__(self, layer_config: LlamaConfig, embed_tokens: nn.Embedding, draft_vocab_size: int,
-                 target_hidden_size: int, target_vocab_size: int, aux_layer_ids: Sequence[int] | None = None):
+                 target_hidden_size: int, target_vocab_size: int, aux_layer_ids: Sequence[int] | None = None,
+                 norm_before_residual: bool = False):
         h = int(layer_config.hidden_size)
         lm_head = nn.Linear(h, draft_vocab_size, bias=False)
         super().__init__(layer_config, embed_tokens, LlamaRotaryEmbedding(config=layer_config), lm_head,
                          torch.arange(draft_vocab_size))
         self.fc = nn.Linear(3 * target_hidden_size, h, bias=False)
-        self.midlayer = Eagle3DecoderLayer(layer_config)
+        self.midlayer = Eagle3DecoderLayer(layer_config, norm_before_residual)
         self.norm = LlamaRMSNorm(h, eps=layer_config.rms_norm_eps)
         self.register_buffer("d2t", torch.zeros(draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.zeros(target_vocab_size, dtype=torch.bool))

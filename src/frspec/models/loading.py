@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 from frspec.errors import FrspecError
@@ -115,17 +116,22 @@ def load_model(
     torch_dtype = parse_dtype(dtype)  # validate arguments before any slow work
     dev = parse_device(device)
     source = resolve_model_dir(spec, cache_dir)
+    model = _from_pretrained(spec, source, torch_dtype, dev)
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def _from_pretrained(spec, source: str, torch_dtype: torch.dtype | None, dev: torch.device) -> PreTrainedModel:
     try:
         config = AutoConfig.from_pretrained(source)
         if torch_dtype is None:
             torch_dtype = auto_dtype(config, dev)
-        model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, device_map=str(dev))
-    except (OSError, ValueError, KeyError) as e:
+        return AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, device_map=str(dev))
+    except (OSError, ValueError, KeyError, SafetensorError) as e:
+        # SafetensorError: a truncated or garbage model.safetensors (header too large, incomplete metadata...)
         first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise FrspecError(f"cannot load model {str(spec)!r}: {first_line}") from e
-    model.eval()
-    model.requires_grad_(False)
-    return model
 
 
 def vocab_size_of(model: PreTrainedModel) -> int:
@@ -134,6 +140,31 @@ def vocab_size_of(model: PreTrainedModel) -> int:
     if head is not None and getattr(head, "weight", None) is not None:
         return int(head.weight.shape[0])
     return int(model.config.vocab_size)
+
+
+def max_positions_of(model: PreTrainedModel) -> int | None:
+    """The longest sequence the model is configured for (`max_position_embeddings`), None if it names none."""
+    config = getattr(model, "config", None)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    n = getattr(config, "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def check_context_length(
+    model: PreTrainedModel, prompt_tokens: int, max_new_tokens: int, what: str = "the model"
+) -> None:
+    """Refuse a request whose prompt + max_new_tokens exceeds the model's positions, before anything is allocated.
+
+    Drafts never reach past the token budget (the engine drafts at most `remaining - 1` tokens deep), so draft
+    depth adds nothing: the deepest position any forward sees is prompt_tokens + max_new_tokens - 2.
+    """
+    limit = max_positions_of(model)
+    if limit is not None and prompt_tokens + max_new_tokens > limit:
+        raise FrspecError(
+            f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) = {prompt_tokens + max_new_tokens} "
+            f"exceeds {what}'s context of {limit} positions; lower --max-new-tokens to at most "
+            f"{max(limit - prompt_tokens, 0)}"
+        )
 
 
 def check_same_vocab(target: PreTrainedModel, draft: PreTrainedModel) -> int:

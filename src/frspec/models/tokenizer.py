@@ -73,6 +73,9 @@ def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
         convert = _convert_gguf if path.suffix == ".gguf" else _convert_tiktoken
         tok = _load_cached(path, convert)
     else:
+        # Hub ids are "name" or "org/name"; anything else that does not exist was meant as a local path.
+        if not path.exists() and (spec.startswith((".", "/", "~")) or spec.count("/") > 1):
+            raise FrspecError(f"tokenizer not found: {spec!r} is neither a directory, a .gguf/.model file nor a hub id")
         try:
             tok = AutoTokenizer.from_pretrained(str(path) if path.is_dir() else spec)
         except Exception as e:  # hub errors, missing files and parse errors all mean "cannot use this spec"

@@ -43,6 +43,8 @@ def count_tokens(
     `progress_bar` gets the running document and token totals; `on_batch()` is called after each batch.
     """
     identity = tokenizer_identity(tokenizer)
+    if vocab_size is not None and int(vocab_size) < 1:
+        raise FrspecError(f"--vocab-size must be a positive number of LM-head rows, got {vocab_size}")
     size = max(identity["vocab_size"], int(vocab_size or 0))
     counts = np.zeros(size, dtype=np.int64)
     renderer: ChatRenderer | None = None

@@ -46,8 +46,11 @@ def map_coverage(ids: torch.Tensor, counts: torch.Tensor) -> float:
 
 def table_sizes(vocab_size: int, extra: Sequence[int] = ()) -> list[int]:
     """Powers of two from 256 up to the vocabulary, the vocabulary itself, and any `extra` sizes."""
+    bad = [int(k) for k in extra if int(k) < 1]
+    if bad:
+        raise FrspecError(f"map sizes must be positive, got {bad[0]}")
     sizes = {1 << p for p in range(8, 40) if (1 << p) < vocab_size} | {vocab_size}
-    sizes |= {int(k) for k in extra if 0 < int(k) <= vocab_size}
+    sizes |= {int(k) for k in extra if int(k) <= vocab_size}
     return sorted(sizes)
 
 

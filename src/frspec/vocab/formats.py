@@ -74,8 +74,14 @@ def read_token_map(
     detected = _detect(content, path)
     if format is not None and format != detected:
         raise FrspecError(f"{path} is not a {format} token map (it looks like {detected})")
-    parts = _READERS[detected](content, path, threshold)
+    try:
+        parts = _READERS[detected](content, path, threshold)
+    except FrspecError as e:
+        # Name the file and the format it was read as: a map in an unexpected format reads as something else.
+        reason = str(e).removeprefix(f"{path}: ")
+        raise FrspecError(f"{path} (read as a {detected} token map): {reason}") from e
     parts.setdefault("metadata", {})["format"] = detected
+    parts["metadata"]["path"] = str(path)  # names the file in later checks (never saved, see _write_frspec)
     if detected == "thunlp":
         if vocab_size is not None:
             parts["vocab_size"] = int(vocab_size)
@@ -101,8 +107,9 @@ def _read(path: Path) -> dict[str, Any]:
             head = f.read(9)
     except OSError as e:
         raise FrspecError(f"cannot read token map {path}: {e.strerror or e}") from e
+    kind = "safetensors" if len(head) == 9 and head[8:9] == b"{" else "torch"
     try:
-        if len(head) == 9 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] < (100 << 20):
+        if kind == "safetensors" and struct.unpack("<Q", head[:8])[0] < (100 << 20):
             with safe_open(str(path), framework="pt") as f:
                 return {"kind": "safetensors", "metadata": f.metadata() or {},
                         "tensors": {k: f.get_tensor(k) for k in f.keys() if k in ("ids", "counts", "d2t", "t2d")},
@@ -110,7 +117,11 @@ def _read(path: Path) -> dict[str, Any]:
         return {"kind": "torch", "value": torch.load(path, map_location="cpu", weights_only=True)}
     except Exception as e:  # unpickling, zip and safetensors errors all mean the file is not a readable map
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise FrspecError(f"cannot read token map {path}: not a token-map file or corrupt ({first[:160]})") from e
+        if kind == "torch" and not (head.startswith(b"PK") or head[:1] == b"\x80"):
+            first = "neither a safetensors file nor a torch save (zip or pickle)"
+        raise FrspecError(
+            f"cannot read token map {path} (read as a {kind} file): not a token-map file or corrupt ({first[:160]})"
+        ) from e
 
 
 def _detect(content: dict[str, Any], path: Path) -> str:
@@ -133,7 +144,10 @@ def _detect(content: dict[str, Any], path: Path) -> str:
             return "vllm-scores"
         if value.dtype != torch.bool:
             return "thunlp"  # some tools save the thunlp list as a tensor
-    raise FrspecError(f"{path}: unrecognized token-map content ({type(value).__name__})")
+    raise FrspecError(
+        f"{path}: unrecognized token-map content (read as a torch file holding a {type(value).__name__}; "
+        f"expected a list of ids (thunlp), a float score tensor (vllm-scores) or a d2t/t2d dict (eagle3))"
+    )
 
 
 def _read_thunlp(content: dict[str, Any], path: Path, threshold: float) -> dict[str, Any]:
@@ -217,7 +231,7 @@ def _write_eagle3(token_map: "TokenMap", tmp: Path) -> None:
 
 
 def _write_frspec(token_map: "TokenMap", tmp: Path) -> None:
-    meta = {k: v for k, v in token_map.metadata.items() if k not in ("format", "vocab_size_known")}
+    meta = {k: v for k, v in token_map.metadata.items() if k not in ("format", "vocab_size_known", "path")}
     meta.update({"version": FRSPEC_FORMAT_VERSION, "vocab_size": token_map.vocab_size, "k": token_map.k})
     tensors = {"ids": token_map.ids}
     if token_map.counts is not None:

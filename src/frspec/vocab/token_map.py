@@ -75,8 +75,10 @@ class TokenMap:
     def check_vocab_size(self, vocab_size: int, what: str = "the model") -> None:
         """Refuse a map built for another vocabulary, with a message that names both sizes."""
         if int(vocab_size) != self.vocab_size:
+            source = f" {self.metadata['path']}" if self.metadata.get("path") else ""
             raise FrspecError(
-                f"token map was built for a vocabulary of {self.vocab_size} ids but {what} has {int(vocab_size)}"
+                f"token map{source} was built for a vocabulary of {self.vocab_size} ids but {what} has "
+                f"{int(vocab_size)}"
             )
 
     def check_tokenizer(self, identity: Mapping[str, Any], vocab_size: int | None = None) -> None:
@@ -117,7 +119,11 @@ class TokenMap:
         format, which does not record it (without it, max id + 1 is assumed and `metadata["vocab_size_known"]` is
         False). `threshold` applies to vllm-scores files: ids scoring above it are kept.
         """
-        token_map = cls(**formats.read_token_map(path, format=format, vocab_size=vocab_size, threshold=threshold))
+        parts = formats.read_token_map(path, format=format, vocab_size=vocab_size, threshold=threshold)
+        try:
+            token_map = cls(**parts)
+        except FrspecError as e:  # name the file and the format it was read as
+            raise FrspecError(f"{path} (read as a {parts['metadata']['format']} token map): {e}") from e
         if vocab_size is not None:
             token_map.check_vocab_size(vocab_size, "the model")
         return token_map
