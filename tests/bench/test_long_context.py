@@ -120,3 +120,25 @@ def test_named_long_input_datasets_load_through_load_prompts():
     assert all(len(p.text) > lc.DEFAULT_CONTEXT_CHARS and p.reference for p in prompts)
     with pytest.raises(FrspecError, match="unknown long-input dataset"):
         lc.load_long_input("long-code")
+
+
+def test_code_prompts_continue_held_out_stdlib_files(tmp_path):
+    from frspec.bench.code_prompts import load_code_completion
+    from frspec.vocab.code_corpus import code_slices
+
+    std, site = tmp_path / "lib", tmp_path / "site"
+    std.mkdir()
+    site.mkdir()
+    for i in range(60):
+        (std / f"m{i}.py").write_text("".join(f"def f{i}_{j}(x):\n    return x * {j}\n" for j in range(40)))
+    roots = {"stdlib": std, "site-packages": site}
+    prompts = load_code_completion(2, head_chars=300, reference_chars=200, roots=roots)
+    heldout = {f"code-{f.key}" for f in code_slices(roots=roots)[1].files}
+    assert len(prompts) == 2 and {p.id for p in prompts} <= heldout
+    for p in prompts:
+        source = (std / p.id.split("/", 1)[1]).read_text()
+        head = p.text.split("```python\n", 1)[1]
+        assert source.startswith(head + p.reference) and head.endswith("\n") and p.reference.endswith("\n")
+        assert len(head) >= 300 and len(p.reference) >= 200 and p.category == "code"
+    with pytest.raises(FrspecError, match="found only"):
+        load_code_completion(50, head_chars=300, reference_chars=200, roots=roots)

@@ -177,10 +177,14 @@ def load_jsonl(path: str | os.PathLike, field: str = "prompt", num_prompts: int 
 
 def load_prompts(dataset: str | os.PathLike | None = None, field: str = "prompt", num_prompts: int | None = None) -> list[Prompt]:
     """The benchmark's prompts: MT-Bench when dataset is None or "mtbench"; a long-input set by name (see
-    bench/long_context.py: "long-qa", "long-qa-squad", "long-qa-hotpotqa", "sharegpt-multiturn"); otherwise
-    the JSONL file `dataset`."""
+    bench/long_context.py: "long-qa", "long-qa-squad", "long-qa-hotpotqa", "sharegpt-multiturn"); "code"
+    (held-out stdlib files to continue, bench/code_prompts.py); otherwise the JSONL file `dataset`."""
     if dataset is None or str(dataset) == "mtbench":
         return load_mtbench(num_prompts)
+    if str(dataset) == "code":
+        from frspec.bench.code_prompts import DEFAULT_CODE_PROMPTS, load_code_completion
+
+        return load_code_completion(DEFAULT_CODE_PROMPTS if num_prompts is None else num_prompts)
     from frspec.bench.long_context import LONG_INPUT_DATASETS, load_long_input
 
     if str(dataset) in LONG_INPUT_DATASETS:
