@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from frspec.errors import FrspecError
-from frspec.vocab.draft_vocab import DraftVocab, check_head_to_target
+from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.token_map import TokenMap
 
 BUDGETS = ("fixed", "additive")
@@ -234,7 +234,8 @@ class ContextVocab(DraftVocab):
         n_rows = int(weight.shape[0])
         vocab_size = int(token_map.vocab_size if vocab_size is None else vocab_size)
         token_map.check_vocab_size(vocab_size, "the target")
-        head_to_target = check_head_to_target(head_to_target, n_rows, vocab_size)
+        # The plain vocabulary of the head (no copy: no map) validates `head_to_target` exactly as DraftVocab does.
+        head_to_target = DraftVocab.build(weight, bias, head_to_target=head_to_target, vocab_size=vocab_size).target_ids
         if head_to_target is None:
             row_of = torch.arange(vocab_size)
         else:

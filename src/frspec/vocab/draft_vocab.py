@@ -78,10 +78,17 @@ class DraftVocab(nn.Module):
         target ids are in the map, in map order (their intersection).
         """
         n_rows = int(weight.shape[0])
+        if head_to_target is not None:
+            head_to_target = torch.as_tensor(head_to_target, dtype=torch.long)
+            if head_to_target.dim() != 1 or head_to_target.numel() != n_rows:
+                raise FrspecError(f"head_to_target must list one target id per head row ({n_rows})")
         if vocab_size is None:
             vocab_size = token_map.vocab_size if token_map is not None else n_rows
         vocab_size = int(vocab_size)
-        head_to_target = check_head_to_target(head_to_target, n_rows, vocab_size)
+        if head_to_target is not None:
+            _check_ids(head_to_target, vocab_size, "the head's target ids")
+        elif n_rows != vocab_size:
+            raise FrspecError(f"the LM head has {n_rows} rows but the target vocabulary has {vocab_size} ids")
         if token_map is None:
             return cls(weight, vocab_size, target_ids=head_to_target, bias=bias)
         token_map.check_vocab_size(vocab_size, "the target")
@@ -129,20 +136,6 @@ class DraftVocab(nn.Module):
     def extra_repr(self) -> str:
         mapped = f", map k={self.token_map.k}" if self.token_map is not None else ""
         return f"rows={self.size}, vocab_size={self.vocab_size}{mapped}"
-
-
-def check_head_to_target(head_to_target: torch.Tensor | None, n_rows: int, vocab_size: int) -> torch.Tensor | None:
-    """`head_to_target` as a long tensor, checked: one distinct in-range target id per head row. None (row i is
-    target id i) needs a head with one row per target id."""
-    if head_to_target is None:
-        if n_rows != vocab_size:
-            raise FrspecError(f"the LM head has {n_rows} rows but the target vocabulary has {vocab_size} ids")
-        return None
-    head_to_target = torch.as_tensor(head_to_target, dtype=torch.long)
-    if head_to_target.dim() != 1 or head_to_target.numel() != n_rows:
-        raise FrspecError(f"head_to_target must list one target id per head row ({n_rows})")
-    _check_ids(head_to_target, vocab_size, "the head's target ids")
-    return head_to_target
 
 
 def _check_ids(ids: torch.Tensor, vocab_size: int, what: str) -> None:
