@@ -39,7 +39,7 @@ from frspec.vocab.token_map import TokenMap
 
 TARGET = "qwen2.5-coder-1.5b-instruct"
 SIZES = (8192, 16384, 32768)
-EXTRA_ROWS = (1024, 4096)
+EXTRA_ROWS = (256, 1024)
 
 
 def squad_heldout_paragraphs(tok, n: int, seed: int = 0):
@@ -67,7 +67,7 @@ def with_references(tok, prompts):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="docs/context-vocab-results.json")
-    parser.add_argument("--prompts", type=int, default=32, help="prompts per long-input / code set")
+    parser.add_argument("--prompts", type=int, default=64, help="prompts per long-input / code set")
     args = parser.parse_args()
     tok = load_tokenizer(TARGET)
     vocab_size = int(json.loads((Path(resolve_model_dir(TARGET)) / "config.json").read_text())["vocab_size"])
@@ -161,10 +161,12 @@ def print_tables(r: dict) -> None:
         print(f"| {name} | {s['examples']} | {s['prompt_tokens_mean']:.0f} | {s['continuation_tokens']:,} |")
     e1, e2 = EXTRA_ROWS
     print(f"\n| set | k | static map | fixed, {e1} request rows | + generated | fixed, {e2} | + generated | "
-          f"additive <= {e2} (rows) | static map at those rows |\n|---|---|---|---|---|---|---|---|---|")
+          f"request rows used | additive <= {e2} (rows) | static map at those rows |"
+          "\n|---|---|---|---|---|---|---|---|---|---|")
     for x in r["context_aware"]:
         print(f"| {x['set']} | {x['k'] // 1024}k | {pct(x['static'])} | {pct(x[f'fixed{e1}'])} | "
               f"{pct(x[f'fixed{e1}+gen'])} | {pct(x[f'fixed{e2}'])} | {pct(x[f'fixed{e2}+gen'])} | "
+              f"{x[f'fixed{e2}_context_rows']:.0f} | "
               f"{pct(x['additive'])} ({x['additive_rows']:.0f}) | {pct(x['static_at_additive_rows'])} |")
     print("\n| eval | k | ShareGPT map | code map | 50/50 mix |\n|---|---|---|---|---|")
     for e in dict.fromkeys(x["eval"] for x in r["domain"]):
