@@ -16,7 +16,6 @@ right, not acceptance. Prints markdown tables and writes every number, with the 
 
 import argparse
 import json
-import random
 import time
 from pathlib import Path
 
@@ -25,8 +24,7 @@ import torch
 from frspec.bench.code_prompts import load_code_completion
 from frspec.bench.datasets import encode_prompt, load_mtbench_with_references
 from frspec.bench.environment import git_commit, machine_info
-from frspec.bench.long_context import (DEFAULT_CONTEXT_CHARS, QA_TEMPLATES, load_long_context_qa,
-                                       load_sharegpt_multiturn, qa_context, qa_data_path, read_squad)
+from frspec.bench.long_context import load_long_context_qa, load_sharegpt_multiturn, load_squad_continuations
 from frspec.bench.token_maps import SHAREGPT_CONVERSATIONS, code_counts, sharegpt_counts
 from frspec.io import atomic_path
 from frspec.models.loading import resolve_model_dir
@@ -40,24 +38,6 @@ from frspec.vocab.token_map import TokenMap
 TARGET = "qwen2.5-coder-1.5b-instruct"
 SIZES = (8192, 16384, 32768)
 EXTRA_ROWS = (256, 1024)
-
-
-def squad_heldout_paragraphs(tok, n: int, seed: int = 0):
-    """SQuAD long-context QA prompts whose continuation is a paragraph of the same article the prompt lacks."""
-    items, docs = read_squad(qa_data_path("squad"))
-    rng = random.Random(f"{seed}-heldout")
-    examples = []
-    for i in rng.sample(range(len(items)), len(items)):
-        item = items[i]
-        context = qa_context(item, docs, DEFAULT_CONTEXT_CHARS, random.Random(f"{seed}-squad-{i}"))
-        missing = [j for j in item.related if docs[j] not in context]
-        if not missing:
-            continue
-        text = QA_TEMPLATES["explain"].format(context=context, query=item.query)
-        examples.append((encode_prompt(tok, text), tok.encode(docs[missing[0]], add_special_tokens=False)))
-        if len(examples) == n:
-            break
-    return examples
 
 
 def with_references(tok, prompts):
@@ -89,7 +69,7 @@ def main() -> None:
         "MT-Bench (reference answers)": with_references(tok, load_mtbench_with_references()),
         "long QA: gold answers": with_references(
             tok, load_long_context_qa("squad", n // 2) + load_long_context_qa("hotpotqa", n // 2)),
-        "long QA (SQuAD): held-out paragraph": squad_heldout_paragraphs(tok, n),
+        "long QA (SQuAD): held-out paragraph": with_references(tok, load_squad_continuations(n)),
         "ShareGPT multi-turn: next reply": with_references(tok, load_sharegpt_multiturn(n)),
         "code: rest of the file": with_references(tok, load_code_completion(n)),
     }

@@ -142,3 +142,15 @@ def test_code_prompts_continue_held_out_stdlib_files(tmp_path):
         assert len(head) >= 300 and len(p.reference) >= 200 and p.category == "code"
     with pytest.raises(FrspecError, match="found only"):
         load_code_completion(50, head_chars=300, reference_chars=200, roots=roots)
+
+
+def test_squad_continuations_are_article_paragraphs_the_prompt_lacks(tmp_path):
+    path = _squad(tmp_path)
+    prompts = lc.load_squad_continuations(3, context_chars=100, path=path)
+    assert len(prompts) == 3 and len({p.id for p in prompts}) == 3
+    for p in prompts:
+        title = p.reference.split()[0]
+        assert title in ("Alpha", "Beta") and p.reference not in p.text
+        assert f"Question: Q {title}" in p.text  # the question is on the same article
+    with pytest.raises(FrspecError, match="found only"):
+        lc.load_squad_continuations(3, context_chars=10**6, path=path)  # every article fits: nothing held out

