@@ -7,7 +7,7 @@ it has not seen. Deterministic: the corpus's hashed file order, the first files 
 
 from __future__ import annotations
 
-from frspec.bench.datasets import Prompt
+from frspec.bench.prompt import Prompt
 from frspec.errors import FrspecError
 
 CODE_TEMPLATE = "Continue this Python file from where it stops. Reply with code only.\n\n```python\n{head}"

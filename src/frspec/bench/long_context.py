@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from frspec.bench.datasets import Prompt, even_spread
+from frspec.bench.prompt import Prompt, even_spread
 from frspec.errors import FrspecError
 
 LONG_CONTEXT_PACKAGE = "long_context_eval"
