@@ -70,7 +70,7 @@ def code_counts(tokenizer: Any, vocab_size: int, cache_dir: str | os.PathLike | 
     environment and cached beside the ShareGPT counts."""
     import hashlib
 
-    from frspec.models.tokenizer import tokenizer_identity
+    from frspec.vocab.tokenizer_identity import tokenizer_identity
     from frspec.vocab.code_corpus import DEFAULT_BUILD_BYTES, code_slices, count_code, source_roots
     from frspec.vocab.counts import TokenCounts
 

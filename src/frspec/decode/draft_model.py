@@ -13,6 +13,7 @@ from frspec.decode.tree_growth import grow_tree
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
 from frspec.models.loading import vocab_size_of
+from frspec.vocab.context_vocab import ContextVocab
 from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.token_map import TokenMap
 
@@ -35,7 +36,11 @@ class DraftModelDrafter(Drafter):
     token map only the map's k rows are ever multiplied. The model itself is not modified.
     """
 
-    def __init__(self, model: torch.nn.Module, token_map: TokenMap | None = None):
+    def __init__(self, model: torch.nn.Module, token_map: TokenMap | None = None, context_rows: int = 0,
+                 context_budget: str = "fixed"):
+        """`context_rows` > 0 makes the vocabulary context-aware (vocab/context_vocab.py): besides the map's
+        rows, up to that many rows for the request's prompt and generated tokens, within the map's k rows
+        (`context_budget="fixed"`) or added to them ("additive")."""
         super().__init__()
         _check_plain_logits(model)
         full_head = model.get_output_embeddings()
@@ -47,8 +52,12 @@ class DraftModelDrafter(Drafter):
         vocab_size = vocab_size_of(model)
         if token_map is not None:
             check_token_map(token_map, vocab_size, "the draft model")
-        self.vocab = DraftVocab.build(full_head.weight, getattr(full_head, "bias", None), token_map,
-                                      vocab_size=vocab_size)
+        if context_rows:
+            self.vocab = ContextVocab.build(full_head.weight, getattr(full_head, "bias", None), token_map,
+                                            vocab_size=vocab_size, extra_rows=context_rows, budget=context_budget)
+        else:
+            self.vocab = DraftVocab.build(full_head.weight, getattr(full_head, "bias", None), token_map,
+                                          vocab_size=vocab_size)
         self.cache = new_cache(model)
 
     def check_shape(self, shape: TreeShape) -> None:
@@ -60,6 +69,8 @@ class DraftModelDrafter(Drafter):
         self.cache = new_cache(self.model)
 
     def prefill(self, context: torch.Tensor) -> None:
+        if isinstance(self.vocab, ContextVocab):
+            self.vocab.begin_request(context)
         self.base(input_ids=context.to(self.device), cache=self.cache, use_cache=True)
         enable_rollback(self.cache)
 
@@ -70,6 +81,8 @@ class DraftModelDrafter(Drafter):
         inputs = context[:, cache_length(self.cache) :].to(self.device)
         if inputs.shape[1] == 0:
             raise ValueError("propose() needs at least one token the drafter has not processed")
+        if isinstance(self.vocab, ContextVocab):
+            self.vocab.add_tokens(inputs)  # the tokens accepted since the last proposal, and the root
         root = int(context[0, -1])
         if shape.kind == "chain":
             tree = self._chain(root, inputs, shape.depth, sampling, generator)
