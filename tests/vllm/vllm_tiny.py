@@ -62,6 +62,10 @@ class Tiny:
     token_map: str
     wrong_vocab_map: str
     wrong_tokenizer_map: str
+    eagle_target: str
+    eagle_head: str  # EAGLE-1/2 layout, no LM head of its own: vLLM shares the target's
+    eagle3_head: str  # EAGLE-3 layout with a reduced draft vocabulary (d2t)
+    eagle3_target_ids: list[int]  # the EAGLE-3 head's draft vocabulary, as target ids
 
 
 def save(model: torch.nn.Module, path: Path) -> str:
@@ -77,8 +81,60 @@ def build_models(root: Path) -> Tiny:
     TokenMap(MAP_IDS, VOCAB + 32).save(root / "map-wrong-vocab.safetensors")
     TokenMap(MAP_IDS, VOCAB, metadata={"tokenizer": {"name": "another-tokenizer", "vocab_hash": "0123456789abcdef"}}
              ).save(root / "map-wrong-tokenizer.safetensors")
+    eagle_target = qwen2(2, layers=3)
+    eagle3_ids = list(range(0, VOCAB, 2))  # even ids: half of them inside the map
     return Tiny(root, save(target, root / "target"), save(draft, root / "draft"), str(root / "map.safetensors"),
-                str(root / "map-wrong-vocab.safetensors"), str(root / "map-wrong-tokenizer.safetensors"))
+                str(root / "map-wrong-vocab.safetensors"), str(root / "map-wrong-tokenizer.safetensors"),
+                save(eagle_target, root / "eagle-target"), write_eagle_head(root / "eagle", eagle3_ids=None),
+                write_eagle_head(root / "eagle3", eagle3_ids=eagle3_ids), eagle3_ids)
+
+
+HIDDEN, HEADS, KV_HEADS, FFN = 64, 2, 1, 128  # vLLM's CPU attention needs a head size of at least 32
+
+
+def write_eagle_head(path: Path, eagle3_ids: list[int] | None, seed: int = 3) -> str:
+    """A random EAGLE head in the published checkpoint layout (yuhuili/EAGLE-* for EAGLE-1/2, yuhuili/EAGLE3-* for
+    EAGLE-3 with `eagle3_ids` as its draft vocabulary), with a Llama config, as vLLM's `eagle`/`eagle3` load it."""
+    import json
+
+    from safetensors.torch import save_file
+
+    gen = torch.Generator().manual_seed(seed)
+    h, hd = HIDDEN, HIDDEN // HEADS
+
+    def rand(*shape, scale=0.2):
+        return torch.randn(*shape, generator=gen) * scale
+
+    def layer(prefix, in_dim):
+        return {f"{prefix}self_attn.q_proj.weight": rand(HEADS * hd, in_dim),
+                f"{prefix}self_attn.k_proj.weight": rand(KV_HEADS * hd, in_dim),
+                f"{prefix}self_attn.v_proj.weight": rand(KV_HEADS * hd, in_dim),
+                f"{prefix}self_attn.o_proj.weight": rand(h, HEADS * hd),
+                f"{prefix}mlp.gate_proj.weight": rand(FFN, h), f"{prefix}mlp.up_proj.weight": rand(FFN, h),
+                f"{prefix}mlp.down_proj.weight": rand(h, FFN),
+                f"{prefix}post_attention_layernorm.weight": 1.0 + rand(h, scale=0.1)}
+
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h, "intermediate_size": FFN,
+              "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "num_hidden_layers": 1,
+              "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 512, "hidden_act": "silu",
+              "vocab_size": VOCAB, "torch_dtype": "float32"}
+    if eagle3_ids is None:  # EAGLE-1/2: fc over [embedding, feature], layer 0 without input_layernorm
+        tensors = {"fc.weight": rand(h, 2 * h), **layer("layers.0.", h)}
+    else:
+        ids = torch.tensor(eagle3_ids)
+        t2d = torch.zeros(VOCAB, dtype=torch.bool)
+        t2d[ids] = True
+        tensors = {"fc.weight": rand(h, 3 * h), **layer("midlayer.", 2 * h),
+                   "midlayer.input_layernorm.weight": 1.0 + rand(h, scale=0.1),
+                   "midlayer.hidden_norm.weight": 1.0 + rand(h, scale=0.1), "norm.weight": 1.0 + rand(h, scale=0.1),
+                   "lm_head.weight": rand(ids.numel(), h, scale=1.0), "d2t": ids - torch.arange(ids.numel()),
+                   "t2d": t2d}
+        config["draft_vocab_size"] = ids.numel()
+        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [0, 1, 2]}  # the target's first three layers
+    path.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps(config))
+    return str(path)
 
 
 def hf_greedy(model_dir: str, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
