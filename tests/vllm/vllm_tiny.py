@@ -20,6 +20,10 @@ CHARS = "abcdefghijklmnopqrstuvwxyz .,!?\n0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 SPECIALS = ["<unk>", "<eos>", "<|im_start|>", "<|im_end|>"]
 VOCAB = 96  # the model's vocabulary: more rows than the tokenizer's ids, as Qwen2.5's 151,936 vs 151,665
 MAP_IDS = list(range(4, 44))  # a 40-token map; drafts from the full head land outside it often
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>{% endif %}"
+)
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [20], [30, 31, 32, 33, 34, 35, 36]]
 
 
@@ -30,7 +34,7 @@ def tokenizer() -> PreTrainedTokenizerFast:
     backend.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>",
                                    additional_special_tokens=["<|im_start|>", "<|im_end|>"],
-                                   clean_up_tokenization_spaces=False)
+                                   chat_template=CHAT_TEMPLATE, clean_up_tokenization_spaces=False)
 
 
 def qwen2(seed: int, layers: int = 2, tie: bool = False) -> Qwen2ForCausalLM:
