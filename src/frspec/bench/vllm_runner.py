@@ -33,7 +33,7 @@ SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_t
 
 def require_vllm() -> None:
     try:
-        import vllm  # noqa: F401
+        from vllm import LLM  # noqa: F401  (not `import vllm`: a folder named vllm on sys.path imports as a namespace)
     except ImportError:
         raise FrspecError("--engine vllm needs vLLM's CPU build: bash scripts/setup_vllm.sh vllm,test,data, then run "
                           ".venv-vllm/bin/frspec bench --engine vllm") from None
