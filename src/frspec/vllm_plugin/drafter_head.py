@@ -25,6 +25,9 @@ class DrafterHead(nn.Module):
                  gather_index: torch.Tensor | None = None, all_gather: Callable[[torch.Tensor], torch.Tensor] | None = None):
         super().__init__()
         self.vocab = vocab
+        # The engine's own GEMM for `vocab.head` (vLLM on CPU: a prepacked oneDNN kernel, as for the full head);
+        # None: `vocab.logits`.
+        self.matmul: Callable[[torch.Tensor], torch.Tensor] | None = None
         self.vocab_size = int(vocab_size)
         self.width = width
         self.all_gather = all_gather
@@ -37,7 +40,8 @@ class DrafterHead(nn.Module):
 
     def local_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """This rank's pruned logits, padded to the all-gather width ([N, k_rank] with one rank)."""
-        logits = self.vocab.logits(hidden.to(self.vocab.head.weight.dtype))
+        hidden = hidden.to(self.vocab.head.weight.dtype)
+        logits = self.vocab.logits(hidden) if self.matmul is None else self.matmul(hidden)
         if self.width is not None and logits.shape[-1] < self.width:
             logits = nn.functional.pad(logits, (0, self.width - logits.shape[-1]))  # never selected below
         return logits

@@ -54,10 +54,28 @@ def head_for(model: Any) -> DrafterHead:
 
         group = lm_head.parallel_group or get_tp_group()
         all_gather = functools.partial(group.all_gather, dim=-1)
-    return build_drafter_head(
+    head = build_drafter_head(
         weight, token_map, vocab_size, n_rows, shard_ranges=vllm_shard_ranges(lm_head), rank=lm_head.tp_rank,
         bias=None if bias is None else bias.detach(), head_to_target=head_to_target, all_gather=all_gather,
     )
+    head.matmul = vllm_gemm(head.vocab.head)
+    return head
+
+
+def vllm_gemm(linear: torch.nn.Linear):
+    """vLLM's GEMM for the pruned rows, set up as vLLM sets up an LM head (on CPU: a prepacked oneDNN or SGL
+    kernel), so the pruned head is not slower per row than the full head it replaces. None for an empty shard."""
+    from vllm.model_executor.layers.utils import dispatch_unquantized_gemm
+    from vllm.platforms import current_platform
+
+    if linear.weight.shape[0] == 0:
+        return None
+    if current_platform.is_cpu():
+        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+        dispatch_cpu_unquantized_gemm(linear, remove_weight=False)
+    gemm = dispatch_unquantized_gemm()
+    return lambda x: gemm(linear, x, linear.weight, linear.bias)
 
 
 def install(proposer: Any) -> DrafterHead:
