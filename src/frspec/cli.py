@@ -17,6 +17,7 @@ _COMMAND_MODULES = [
     "frspec.commands.models",
     "frspec.commands.bench",
     "frspec.commands.train",
+    "frspec.commands.serve",
 ]
 
 

@@ -109,6 +109,11 @@ def register(subparsers) -> None:
     add_seed(p, "sampling seed; prompt i uses seed + i for every method")
     p.add_argument("--warmup-tokens", type=int, default=8, help="tokens of each method's unmeasured warm-up (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--engine", choices=("frspec", "vllm"), default="frspec",
+                   help="frspec's own engine (default) or vLLM's CPU build with the frspec plugin (.venv-vllm)")
+    p.add_argument("--batch-sizes", type=_int_list, default=(1,), metavar="B,B,...",
+                   help="--engine vllm: prompts decoded together, e.g. 1,4,16 (default: 1)")
+    p.add_argument("--repeats", type=int, default=2, help="--engine vllm: rounds of all methods (default: %(default)s)")
     p.set_defaults(func=run_bench)
 
 
@@ -269,6 +274,10 @@ def run_bench(args: argparse.Namespace) -> int:
     from frspec.decode.sampling import SamplingParams
 
     settings = _settings(args)
+    if args.engine == "vllm":
+        from frspec.bench.vllm_runner import run_vllm_bench
+
+        return run_vllm_bench(args, settings, lambda m: print(f"frspec bench: {m}", file=sys.stderr, flush=True))
     sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     parse_dtype(args.dtype)
     parse_device(args.device)
