@@ -296,7 +296,7 @@ def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
         map_files[k] = str(out / "maps" / f"map-{k}.safetensors")
         (out / "maps").mkdir(parents=True, exist_ok=True)
         tm.save(map_files[k], format="frspec")
-    encoded = [(p.id, encode_prompt(tokenizer, p.text)) for p in prompts]
+    encoded = [(p.id, encode_prompt(tokenizer, p)) for p in prompts]
     max_model_len = max(len(ids) for _, ids in encoded) + settings["max_new_tokens"] + 16
     say(f"vLLM {vllm.__version__}: {len(methods)} engines x {args.repeats} rounds, {len(encoded)} prompts x "
         f"{settings['max_new_tokens']} tokens at batch sizes {','.join(map(str, batch_sizes))}")

@@ -70,7 +70,7 @@ def register(subparsers) -> None:
                    "(default: qwen2.5-coder-1.5b-instruct)")
     p.add_argument("--draft", default=None, help="draft model, same forms (default: qwen2.5-coder-0.5b-instruct; "
                    "'none' for vanilla only)")
-    p.add_argument("--dataset", default=None, help="JSONL prompt file (default: MT-Bench first turns)")
+    p.add_argument("--dataset", default=None, help="prompts: mtbench (default, first turns), code, long-qa, long-qa-squad, long-qa-hotpotqa, sharegpt-multiturn, or a JSONL file")
     p.add_argument("--field", default="prompt", help="JSONL field holding the prompt (default: %(default)s)")
     p.add_argument("--num-prompts", type=int, default=None,
                    help=f"prompts, spread evenly over categories (quick {QUICK.num_prompts}, default {DEFAULT.num_prompts})")
@@ -242,7 +242,7 @@ def _run_section(section: Section, settings: dict[str, Any], args: argparse.Name
         eagle_tree_shapes=settings["eagle_tree_shapes"] if section.eagle is not None else (),
         eagle_token_map_sizes=sorted(eagle_sizes),
     )
-    encoded = [(p.id, encode_prompt(tokenizer, p.text)) for p in prompts]
+    encoded = [(p.id, encode_prompt(tokenizer, p)) for p in prompts]
     say(f"{section.target_spec}: {len(methods)} methods x {len(prompts)} prompts x {settings['max_new_tokens']} "
         "new tokens")
     result = run_benchmark(
