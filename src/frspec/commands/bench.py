@@ -70,7 +70,9 @@ def register(subparsers) -> None:
                    "(default: qwen2.5-coder-1.5b-instruct)")
     p.add_argument("--draft", default=None, help="draft model, same forms (default: qwen2.5-coder-0.5b-instruct; "
                    "'none' for vanilla only)")
-    p.add_argument("--dataset", default=None, help="prompts: mtbench (default, first turns), code, long-qa, long-qa-squad, long-qa-hotpotqa, sharegpt-multiturn, or a JSONL file")
+    p.add_argument("--dataset", default=None,
+                   help="prompts: mtbench (default, first turns), code, long-qa, long-qa-squad, long-qa-hotpotqa, "
+                        "sharegpt-multiturn, or a JSONL file")
     p.add_argument("--field", default="prompt", help="JSONL field holding the prompt (default: %(default)s)")
     p.add_argument("--num-prompts", type=int, default=None,
                    help=f"prompts, spread evenly over categories (quick {QUICK.num_prompts}, default {DEFAULT.num_prompts})")
