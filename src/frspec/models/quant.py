@@ -256,3 +256,18 @@ def quantize_head(head: nn.Module, quant: str | None, group_size: int = DEFAULT_
                                   weight.dtype, weight.device)
         return QuantizedPrunedHead(linear, ids)
     raise FrspecError(f"cannot quantize an LM head of type {type(head).__name__}")
+
+
+def quantize_drafter_head(drafter, quant: str | None, group_size: int = DEFAULT_GROUP_SIZE) -> bool:
+    """Quantize a draft-model drafter's LM head (full or FR-Spec pruned) after the drafter selected its rows;
+    True when it did. Drafters without such a head (EAGLE heads, which stay float) are left alone."""
+    head = getattr(drafter, "head", None)
+    if parse_quant(quant) is None or head is None:
+        return False
+    quantizable = isinstance(head, nn.Linear) or isinstance(getattr(head, "head", None), nn.Linear) or (
+        isinstance(getattr(head, "weight", None), torch.Tensor) and isinstance(getattr(head, "ids", None), torch.Tensor)
+    )
+    if not quantizable:
+        return False
+    drafter.head = quantize_head(head, quant, group_size)
+    return True

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from frspec.errors import FrspecError
+from frspec.models.quant_options import add_quant_options, draft_load_options, draft_quant, target_quant
 
 
 def register(subparsers) -> None:
@@ -43,6 +44,7 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp16", "fp32"],
                    help="model dtype (auto: bf16 on CPU)")
     p.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
+    add_quant_options(p)
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.set_defaults(func=run_generate)
@@ -93,10 +95,14 @@ def run_generate(args: argparse.Namespace) -> int:
     # Default-model names and GGUF files resolve to cache directories that also hold the tokenizer.
     target_dir = resolve_model_dir(args.target)
     tokenizer = load_tokenizer(target_dir)
-    target = load_model(target_dir, dtype=args.dtype, device=args.device)
-    draft = load_model(resolve_model_dir(args.draft), dtype=args.dtype, device=args.device) if args.draft else None
+    # The specs themselves (not their cache directories) go to load_model, so a GGUF's blocks can be converted.
+    target = load_model(args.target, dtype=args.dtype, device=args.device, quant=target_quant(args))
+    draft = load_model(args.draft, dtype=args.dtype, device=args.device, **draft_load_options(args)) if args.draft else None
     token_map = TokenMap.load(args.token_map, vocab_size=vocab_size_of(target)) if args.token_map else None
     generator = build_generator(target, draft, token_map, args.num_spec_tokens, tokenizer, eagle=eagle, tree=tree)
+    from frspec.models.quant import quantize_drafter_head
+
+    quantize_drafter_head(generator.drafter, draft_quant(args))
 
     kwargs = dict(
         prompt=prompt,
