@@ -29,26 +29,27 @@ def measure_row_costs(model: torch.nn.Module, rows: Iterable[int] = range(1, 17)
     The cache is cut back to `context` after every forward, so each one sees the same state, as a decode step
     of the engine does.
     """
-    from transformers import DynamicCache
+    from frspec.spec.cache import enable_rollback, new_cache, truncate_cache
 
     device = next(model.parameters()).device
     vocab = int(model.config.vocab_size)
     gen = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
-    cache = DynamicCache(config=model.config)
-    model(input_ids=prefix, past_key_values=cache, use_cache=True)
+    cache = new_cache(model)
+    model(input_ids=prefix, cache=cache, use_cache=True)
+    enable_rollback(cache)
     costs = {}
     for n in rows:
         ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
         times = []
         for i in range(warmup + repeats):
             start = time.perf_counter()
-            model(input_ids=ids, past_key_values=cache, use_cache=True)
+            model(input_ids=ids, cache=cache, use_cache=True)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             if i >= warmup:
                 times.append(time.perf_counter() - start)
-            cache.crop(context)
+            truncate_cache(cache, context)
         costs[n] = sorted(times)[len(times) // 2]
     return costs
 
