@@ -91,5 +91,5 @@ def plot_row_costs(curves: Mapping[str, Mapping[int, float]], path) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
