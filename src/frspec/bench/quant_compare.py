@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -188,6 +189,8 @@ def main(argv=None) -> int:
         "predicted_tokens_per_s": {str(k): v for k, v in
                                    chain_throughputs(curves["int4 target"], ASSUMED_ACCEPTANCE, draft_step).items()},
         "load_time_s": load_time, "run_time_s": run_time,
+        # Other sessions share this machine: the load average says how busy it was around the run.
+        "load_average_after_run": list(os.getloadavg()),
     }
     payload = {"meta": meta, "rows": table, "divergences": divergences,
                "row_costs_s": {name: {str(n): c for n, c in curve.items()} for name, curve in curves.items()},
@@ -226,8 +229,8 @@ def _greedy():
     return SamplingParams()
 
 
-def _fmt(x, spec):
-    return "-" if x is None else format(x, spec)
+def _fmt(x, spec, suffix=""):
+    return "-" if x is None else format(x, spec) + suffix
 
 
 def render_markdown(payload: dict[str, Any]) -> str:
@@ -235,7 +238,8 @@ def render_markdown(payload: dict[str, Any]) -> str:
     lines = [
         f"Commit `{meta['commit']}`, {meta['machine'].get('cpu', '?')}, {meta['threads']} threads; "
         f"{len(meta['prompt_ids'])} MT-Bench prompts x {meta['max_new_tokens']} tokens, greedy; "
-        f"target {meta['target']}, draft {meta['draft']}, FR-Spec map {meta['token_map']['size']}.",
+        f"target {meta['target']}, draft {meta['draft']}, FR-Spec map {meta['token_map']['size']}; load average "
+        f"after the run {meta['load_average_after_run'][0]:.1f} (1 min) / {meta['load_average_after_run'][1]:.1f} (5 min).",
         "",
         "| Method | Decoding tok/s | vs llama.cpp | vs frspec int4 vanilla | vs same draft w/o map | "
         "Acceptance length | Forward ratio | Draft LM-head share | Greedy identical | Tokens agreeing with int4 vanilla |",
@@ -243,8 +247,8 @@ def render_markdown(payload: dict[str, Any]) -> str:
     ]
     for r in payload["rows"]:
         lines.append(
-            f"| {r['method']} | {_fmt(r['tokens_per_s'], '.2f')} | {_fmt(r['vs_llamacpp'], '.2f')}x | "
-            f"{_fmt(r['vs_int4_vanilla'], '.2f')}x | {_fmt(r['vs_same_draft_without_map'], '.2f')}x | "
+            f"| {r['method']} | {_fmt(r['tokens_per_s'], '.2f')} | {_fmt(r['vs_llamacpp'], '.2f', 'x')} | "
+            f"{_fmt(r['vs_int4_vanilla'], '.2f', 'x')} | {_fmt(r['vs_same_draft_without_map'], '.2f', 'x')} | "
             f"{_fmt(r['acceptance_length'], '.2f')} | {_fmt(r['forward_ratio'], '.3f')} | "
             f"{_fmt(r['lm_head_share'], '.1%')} | {r['greedy_identical_to_int4_vanilla'] or '-'} | "
             f"{r['tokens_agreeing_with_int4_vanilla']}/{r['tokens']} |"
