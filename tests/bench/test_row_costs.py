@@ -40,3 +40,14 @@ def test_measure_and_plot_on_a_tiny_model(tmp_path):
     assert sorted(costs) == [1, 2, 5] and all(c > 0 for c in costs.values())
     plot_row_costs({"tiny fp32": costs}, tmp_path / "rows.png")
     assert (tmp_path / "rows.png").stat().st_size > 0
+
+
+def test_auto_chain_length_measures_and_picks_a_length():
+    sys.path.insert(0, str(Path(__file__).parents[1] / "spec"))
+    from spec_tiny import tiny_lm
+
+    from frspec.bench.row_costs import auto_chain_length
+
+    k = auto_chain_length(tiny_lm("qwen2", 64, dtype=torch.float32), tiny_lm("qwen2", 64, dtype=torch.float32, seed=1),
+                          max_k=3, context=8)
+    assert 1 <= k <= 3
