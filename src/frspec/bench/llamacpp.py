@@ -55,13 +55,28 @@ def gguf_file(spec: str, cache_dir: str | os.PathLike | None = None) -> Path:
 class LlamaCppGreedy:
     """One llama.cpp model decoding greedily from token ids."""
 
-    def __init__(self, gguf_path: str | os.PathLike, threads: int, n_ctx: int = 4096):
+    def __init__(self, gguf_path: str | os.PathLike, threads: int, n_ctx: int = 4096, repack: bool = True):
+        """`repack=False` turns off llama.cpp's "extra buffer types" (weights repacked for its AMX or AVX
+        interleaved kernels): the escape hatch for a build whose AMX path a VM cannot run (SIGILL), at some cost
+        to llama.cpp's speed."""
         if not available():
             raise FrspecError(f"the llama.cpp row needs llama-cpp-python: {INSTALL_HINT}")
+        import llama_cpp.llama as llama_module
         from llama_cpp import Llama
 
-        self.llm = Llama(model_path=str(gguf_path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                         n_batch=512, verbose=False)
+        defaults = llama_module.llama_cpp.llama_model_default_params
+
+        def params():
+            p = defaults()
+            p.use_extra_bufts = repack
+            return p
+
+        llama_module.llama_cpp.llama_model_default_params = params  # Llama() reads its model params from here
+        try:
+            self.llm = Llama(model_path=str(gguf_path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                             n_batch=512, verbose=False)
+        finally:
+            llama_module.llama_cpp.llama_model_default_params = defaults
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, eos_ids: set[int]) -> tuple[list[int],
                                                                                                     GenerationStats]:

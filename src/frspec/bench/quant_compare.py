@@ -44,6 +44,8 @@ def _args(argv) -> argparse.Namespace:
     p.add_argument("--int8", action="store_true", help="add an int8 vanilla row")
     p.add_argument("--bf16", action="store_true", help="add a bf16 vanilla row (the unquantized cache)")
     p.add_argument("--no-llamacpp", action="store_true")
+    p.add_argument("--llamacpp-no-repack", action="store_true",
+                   help="llama.cpp without its repacked (AMX/interleaved) weight buffers, for builds that crash")
     p.add_argument("--rows-max", type=int, default=16, help="largest row count of the cost curve")
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
@@ -127,7 +129,8 @@ def main(argv=None) -> int:
         methods[f"frspec {name} vanilla"] = engine_row(build_generator(model, tokenizer=tokenizer))
     if not args.no_llamacpp:
         if llamacpp.available():
-            peer = llamacpp.LlamaCppGreedy(llamacpp.gguf_file(args.target), threads)
+            peer = llamacpp.LlamaCppGreedy(llamacpp.gguf_file(args.target), threads,
+                                           repack=not args.llamacpp_no_repack)
             methods[llamacpp.LABEL] = lambda ids: peer.generate(ids, args.max_new_tokens, eos)
         else:
             say(f"no llama.cpp row: {llamacpp.INSTALL_HINT}")
@@ -188,6 +191,7 @@ def main(argv=None) -> int:
         "assumed_acceptance": ASSUMED_ACCEPTANCE, "draft_step_s": draft_step,
         "predicted_tokens_per_s": {str(k): v for k, v in
                                    chain_throughputs(curves["int4 target"], ASSUMED_ACCEPTANCE, draft_step).items()},
+        "llamacpp_repack": None if args.no_llamacpp else not args.llamacpp_no_repack,
         "load_time_s": load_time, "run_time_s": run_time,
         # Other sessions share this machine: the load average says how busy it was around the run.
         "load_average_after_run": list(os.getloadavg()),
