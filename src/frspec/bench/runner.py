@@ -19,7 +19,9 @@ from tqdm.auto import tqdm
 
 from frspec.bench.methods import VANILLA, Method
 from frspec.models.eagle import EagleHead
+from frspec.decode.eagle_drafter import EagleDrafter
 from frspec.decode.sampling import SamplingParams
+from frspec.models.quant import quantize_drafter_head
 from frspec.vocab.token_map import TokenMap
 
 
@@ -86,7 +88,8 @@ def top2_margin(model: torch.nn.Module, input_ids: Sequence[int]) -> float:
     return float(top[0] - top[1])
 
 
-def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict[int, TokenMap]):
+def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict[int, TokenMap],
+                      draft_head_quant: str | None = None):
     """One generator per method. Methods with the same drafter and map share one drafter (and so one pruned
     LM-head copy): they run one after another, and a drafter resets its state for every request."""
     from frspec.decode.factory import build_generator
@@ -109,6 +112,7 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
                 target, draft=None if m.uses_eagle else draft, eagle=eagle if m.uses_eagle else None,
                 token_map=token_map, num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer,
             ).drafter
+            quantize_drafter_head(drafters[key], draft_head_quant)  # after the FR-Spec rows were selected
         generators[m] = build_generator(
             target, draft=drafters[key], num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer, tree=m.tree
         )
@@ -132,6 +136,7 @@ def run_benchmark(
     warmup_tokens: int = 8,
     progress: bool = True,
     eagle: EagleHead | None = None,
+    draft_head_quant: str | None = None,
 ) -> BenchResult:
     """Run `methods` on `prompts` (pairs of prompt id and chat-formatted token ids) and collect the results.
 
@@ -147,7 +152,7 @@ def run_benchmark(
     if len({pid for pid, _ in prompts}) != len(prompts):
         raise ValueError("prompt ids must be unique: results are matched across methods by prompt id")
     device = next(target.parameters()).device
-    generators = _build_generators(methods, target, draft, eagle, tokenizer, token_maps)
+    generators = _build_generators(methods, target, draft, eagle, tokenizer, token_maps, draft_head_quant)
 
     # The bar counts token budgets (warm-ups included), so its ETA weighs a long generation more than a short one.
     warmup_tokens = min(warmup_tokens, max_new_tokens)

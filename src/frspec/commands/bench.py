@@ -15,7 +15,9 @@ from typing import Any
 
 from frspec.bench.eagle_heads import DEFAULT_EAGLE_TARGET, DEFAULT_HEAD
 from frspec.bench.methods import plan_methods
-from frspec.commands.options import add_device, add_dtype, add_seed, add_threads
+from frspec.commands.options import (
+    add_device, add_dtype, add_quant_options, add_seed, add_threads, draft_load_options, draft_quant, target_quant,
+)
 from frspec.errors import FrspecError
 from frspec.decode.tree_shape import SYNTAX, TreeShape, shapes_text
 
@@ -104,6 +106,7 @@ def register(subparsers) -> None:
                    help="build the maps from this token-counts file instead of the default ShareGPT counts")
     add_dtype(p)
     add_device(p)
+    add_quant_options(p)
     add_threads(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     p.add_argument("--top-k", type=int, default=0, help="top-k filter when sampling (0 = off)")
@@ -195,15 +198,17 @@ def _load_sections(args: argparse.Namespace, say) -> list[Section]:
         + (f", EAGLE target {eagle_target_spec} and head {args.eagle}" if args.eagle else ""))
     models: dict[Path, Any] = {}
 
-    def model(spec: str):
-        key = Path(dirs[spec]).resolve()
+    def model(spec: str, draft: bool = False):
+        draft = draft and draft_quant(args) is not None  # a quantized draft keeps its head float: its own copy
+        key = (Path(dirs[spec]).resolve(), draft)
         if key not in models:
-            models[key] = load_model(dirs[spec], dtype=args.dtype, device=args.device)
+            quant = draft_load_options(args) if draft else {"quant": target_quant(args)}
+            models[key] = load_model(spec, dtype=args.dtype, device=args.device, **quant)
         return models[key]
 
     main = Section(target_spec, dirs[target_spec], model(target_spec))
     if draft_spec:
-        main.draft_spec, main.draft = draft_spec, model(draft_spec)
+        main.draft_spec, main.draft = draft_spec, model(draft_spec, draft=True)
     sections = [main]
     if args.eagle:
         eagle_target = model(eagle_target_spec)
@@ -250,6 +255,7 @@ def _run_section(section: Section, settings: dict[str, Any], args: argparse.Name
     result = run_benchmark(
         target, section.draft, tokenizer, encoded, methods, token_maps, settings["max_new_tokens"], sampling,
         warmup_tokens=args.warmup_tokens, progress=not args.no_progress, eagle=section.eagle,
+        draft_head_quant=draft_quant(args),
     )
     meta = {
         "target": section.target_spec,

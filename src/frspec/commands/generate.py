@@ -8,7 +8,9 @@ import json
 import sys
 from pathlib import Path
 
-from frspec.commands.options import add_device, add_dtype, add_seed, add_threads
+from frspec.commands.options import (
+    add_device, add_dtype, add_quant_options, add_seed, add_threads, draft_load_options, draft_quant, target_quant,
+)
 from frspec.errors import FrspecError
 from frspec.io import read_text
 
@@ -44,6 +46,7 @@ def register(subparsers) -> None:
     p.add_argument("--raw", action="store_true", help="use the prompt as is, without the chat template")
     add_dtype(p)
     add_device(p)
+    add_quant_options(p)
     add_threads(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.set_defaults(func=run_generate)
@@ -90,11 +93,15 @@ def run_generate(args: argparse.Namespace) -> int:
     # Default-model names and GGUF files resolve to cache directories that also hold the tokenizer.
     target_dir = resolve_model_dir(args.target)
     tokenizer = load_tokenizer(target_dir)
-    target = load_model(target_dir, dtype=args.dtype, device=args.device)
-    draft = load_model(resolve_model_dir(args.draft), dtype=args.dtype, device=args.device) if args.draft else None
+    # The specs themselves (not their cache directories) go to load_model, so a GGUF's blocks can be converted.
+    target = load_model(args.target, dtype=args.dtype, device=args.device, quant=target_quant(args))
+    draft = load_model(args.draft, dtype=args.dtype, device=args.device, **draft_load_options(args)) if args.draft else None
     token_map = TokenMap.load(args.token_map, vocab_size=vocab_size_of(target)) if args.token_map else None
     drafted = tree if (args.draft or args.eagle) else None  # vanilla drafts nothing
     generator = build_generator(target, draft, token_map, args.num_spec_tokens, tokenizer, eagle=eagle, tree=drafted)
+    from frspec.models.quant import quantize_drafter_head
+
+    quantize_drafter_head(generator.drafter, draft_quant(args))
 
     kwargs = dict(
         prompt=prompt,

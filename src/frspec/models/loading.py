@@ -105,6 +105,8 @@ def load_model(
     dtype: str | torch.dtype = "auto",
     device: str | torch.device = "cpu",
     cache_dir: str | os.PathLike | None = None,
+    quant: str | None = None,
+    quantize_head: bool = True,
 ) -> PreTrainedModel:
     """Load a causal LM for inference from a hub id, local HF directory, `.gguf` file or default-model name.
 
@@ -112,13 +114,22 @@ def load_model(
     a torch dtype. cache_dir: the frspec cache root for GGUF conversions and default models (default
     $FRSPEC_CACHE or ~/.cache/frspec); hub downloads use the Hugging Face cache as usual.
     Note a GGUF of quantized weights is cached in bf16, so fp32 from such a file means upcast bf16 weights.
+    quant: "int4" or "int8" runs the linear layers (with `quantize_head`, the LM head too) on PyTorch's weight-only
+    kernels, converting a GGUF's 4-bit blocks directly (models/quant_loading.py); dtype is then the activations'.
     """
+    from frspec.models.quant import parse_quant
+
     torch_dtype = parse_dtype(dtype)  # validate arguments before any slow work
+    quant = parse_quant(quant)
     dev = parse_device(device)
     source = resolve_model_dir(spec, cache_dir)
     model = _from_pretrained(spec, source, torch_dtype, dev)
     model.eval()
     model.requires_grad_(False)
+    if quant is not None:
+        from frspec.models.quant_loading import quantize_loaded
+
+        quantize_loaded(model, spec, source, quant, cache_dir, head=quantize_head)
     return model
 
 

@@ -98,8 +98,9 @@ class DraftVocab(nn.Module):
 
     @property
     def size(self) -> int:
-        """How many rows are scored per draft step (k)."""
-        return int(self.head.weight.shape[0])
+        """How many rows are scored per draft step (k). Read from the id mapping, not the head's weight: a quantized
+        head (models/quant.py) keeps its weight packed."""
+        return self.vocab_size if self.target_ids is None else int(self.target_ids.numel())
 
     @property
     def is_restricted(self) -> bool:

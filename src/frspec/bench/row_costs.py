@@ -1,0 +1,105 @@
+"""What one target forward costs against the number of rows it processes, and the draft length that curve favours.
+
+Verifying k drafts is one target forward over k + 1 rows. On bandwidth-bound kernels that costs about one row's
+forward for small k (the weights are read once either way), then jumps where the kernel becomes compute-bound:
+PyTorch's int4/int8 CPU kernels stay flat up to 4 rows and double at 5. So the best draft length depends on the
+measured curve, not on a constant:
+
+    costs = measure_row_costs(target, rows=range(1, 17))        # {rows: seconds per forward}
+    k = best_chain_length(costs, acceptance=0.7, draft_cost=0.1 * costs[1])
+
+best_chain_length maximises expected tokens per second for a chain of k drafts, each accepted with probability
+`acceptance` given the previous ones were (the usual i.i.d. model): a step yields (1 - a^(k+1)) / (1 - a) tokens
+and costs target(k + 1) + k * draft_cost.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable, Mapping
+
+import torch
+
+
+@torch.inference_mode()
+def measure_row_costs(model: torch.nn.Module, rows: Iterable[int] = range(1, 17), context: int = 128,
+                      repeats: int = 5, warmup: int = 2) -> dict[int, float]:
+    """Median seconds of one forward of `model` over n new rows after a `context`-token KV cache, for each n.
+
+    The cache is cut back to `context` after every forward, so each one sees the same state, as a decode step
+    of the engine does.
+    """
+    from frspec.decode.kv_cache import enable_rollback, new_cache, truncate_cache
+
+    device = next(model.parameters()).device
+    vocab = int(model.config.vocab_size)
+    gen = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
+    cache = new_cache(model)
+    model(input_ids=prefix, cache=cache, use_cache=True)
+    enable_rollback(cache)
+    costs = {}
+    for n in rows:
+        ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
+        times = []
+        for i in range(warmup + repeats):
+            start = time.perf_counter()
+            model(input_ids=ids, cache=cache, use_cache=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+            truncate_cache(cache, context)
+        costs[n] = sorted(times)[len(times) // 2]
+    return costs
+
+
+def expected_tokens(k: int, acceptance: float) -> float:
+    """Tokens one step emits on average with k drafts, each accepted with probability `acceptance` (i.i.d.)."""
+    if acceptance >= 1.0:
+        return float(k + 1)
+    return (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
+
+
+def chain_throughputs(costs: Mapping[int, float], acceptance: float, draft_cost: float) -> dict[int, float]:
+    """Expected tokens per second for each chain length k the curve covers (k + 1 rows measured); k = 0 is
+    vanilla decoding."""
+    return {rows - 1: expected_tokens(rows - 1, acceptance) / (costs[rows] + (rows - 1) * draft_cost)
+            for rows in sorted(costs)}
+
+
+def best_chain_length(costs: Mapping[int, float], acceptance: float, draft_cost: float, max_k: int = 8) -> int:
+    """The draft length k (0: do not speculate) with the highest expected throughput on this cost curve."""
+    rates = {k: r for k, r in chain_throughputs(costs, acceptance, draft_cost).items() if k <= max_k}
+    return max(rates, key=lambda k: (rates[k], -k))
+
+
+def plot_row_costs(curves: Mapping[str, Mapping[int, float]], path) -> None:
+    """One line per model variant: ms per forward against rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for label, costs in curves.items():
+        xs = sorted(costs)
+        ax.plot(xs, [costs[x] * 1e3 for x in xs], marker="o", label=label)
+    ax.set_xlabel("rows per target forward (1 pending token + drafts)")
+    ax.set_ylabel("ms per forward")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, format="png")
+    plt.close(fig)
+
+
+def auto_chain_length(target: torch.nn.Module, draft: torch.nn.Module, acceptance: float = 0.72, max_k: int = 8,
+                      context: int = 128) -> int:
+    """A default draft length from this machine's measured curve: the target's cost for 1..max_k+1 rows and one
+    draft forward, then best_chain_length. Takes a few dozen forwards (seconds for a 1.5B int4 target on a CPU).
+    `acceptance` 0.72 is what the committed bf16 benchmark measured with the 0.5B draft."""
+    costs = measure_row_costs(target, range(1, max_k + 2), context=context, repeats=3, warmup=1)
+    draft_cost = measure_row_costs(draft, [1], context=context, repeats=3, warmup=1)[1]
+    return max(best_chain_length(costs, acceptance, draft_cost, max_k), 1)

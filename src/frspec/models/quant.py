@@ -1,0 +1,248 @@
+"""Weight-only int4 and int8 linear layers on PyTorch's own kernels, and quantizing a loaded model in place.
+
+    quantize_model(model, "int4")          # every nn.Linear, the LM head included, becomes an Int4Linear
+    head = quantize_head(drafter.head, "int4")   # a drafter's (FR-Spec pruned) head, after it was selected
+
+int4 is group-wise asymmetric: each run of `group_size` (default 32) input columns of a row has its own scale and
+minimum, w = code * scale + minimum with codes 0..15. That is exactly a GGUF Q4_K sub-block (scale d*sc, minimum
+-dmin*m), so GGUF weights convert without re-rounding (models/gguf_quant.py). int8 is per output channel and
+symmetric, w = value * scale with values -127..127.
+
+Activations stay in the model's float dtype; only the weights are quantized. Speculative decoding stays lossless
+relative to the quantized target: the target computes the same function in every forward, so greedy output with a
+draft equals the quantized target's own greedy output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from frspec.errors import FrspecError
+from frspec.models import quant_kernels as K
+
+QUANT_MODES = ("int4", "int8")
+DEFAULT_GROUP_SIZE = 32  # a Q4_K sub-block; the smallest group the int4 kernels accept
+
+
+def parse_quant(quant: str | None) -> str | None:
+    """"int4"/"int8", or None for no quantization ("none", "", None)."""
+    if quant is None:
+        return None
+    name = str(quant).strip().lower()
+    if name in ("", "none", "no", "off"):
+        return None
+    if name not in QUANT_MODES:
+        raise FrspecError(f"unknown quantization {quant!r}: use int4, int8 or none")
+    return name
+
+
+@dataclass
+class Int4Weight:
+    """Device-neutral int4 weights: codes [N, K] (uint8, 0..15), scale and minimum [N, K / group_size] (fp32)."""
+
+    codes: torch.Tensor
+    scale: torch.Tensor
+    minimum: torch.Tensor
+    group_size: int
+
+    def dequantize(self) -> torch.Tensor:
+        n, k = self.codes.shape
+        groups = self.codes.float().view(n, k // self.group_size, self.group_size)
+        return (groups * self.scale[..., None] + self.minimum[..., None]).view(n, k)
+
+
+@dataclass
+class Int8Weight:
+    """Device-neutral int8 weights: values [N, K] (int8) and one scale per row [N] (fp32)."""
+
+    values: torch.Tensor
+    scale: torch.Tensor
+
+    def dequantize(self) -> torch.Tensor:
+        return self.values.float() * self.scale[:, None]
+
+
+def quantize_int4(weight: torch.Tensor, group_size: int = DEFAULT_GROUP_SIZE) -> Int4Weight:
+    """Round a float weight [N, K] to int4 groups spanning each group's [min, max]."""
+    n, k = weight.shape
+    if k % group_size:
+        raise FrspecError(f"int4 groups of {group_size} need a multiple of {group_size} input columns, got {k}")
+    w = weight.detach().float().view(n, k // group_size, group_size)
+    lo, hi = w.amin(-1), w.amax(-1)
+    scale = ((hi - lo) / 15).clamp(min=torch.finfo(torch.float32).tiny)
+    codes = torch.round((w - lo[..., None]) / scale[..., None]).clamp_(0, 15).to(torch.uint8)
+    return Int4Weight(codes.view(n, k), scale, lo, group_size)
+
+
+def quantize_int8(weight: torch.Tensor) -> Int8Weight:
+    """Round a float weight [N, K] to int8 with one symmetric scale per row."""
+    w = weight.detach().float()
+    scale = (w.abs().amax(-1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
+    values = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return Int8Weight(values, scale)
+
+
+class Int4Linear(nn.Module):
+    """y = x W^T + b with W in int4 groups, on the device's int4 kernel (quant_kernels.int4_kernel)."""
+
+    def __init__(self, weight: Int4Weight, bias: torch.Tensor | None, dtype: torch.dtype, device: torch.device):
+        super().__init__()
+        device = torch.device(device)
+        self.out_features, self.in_features = weight.codes.shape
+        self.group_size = weight.group_size
+        self.kernel = K.int4_kernel(device.type, dtype, self.in_features, self.group_size)
+        self.register_buffer("bias", None if bias is None else bias.detach().to(device, dtype), persistent=False)
+        if self.kernel == K.DEQUANT:
+            self.register_buffer("dequantized", weight.dequantize().to(device, dtype), persistent=False)
+            return
+        codes, scale, minimum = weight.codes, weight.scale, weight.minimum
+        if self.kernel == K.CPU_INT4 and self.out_features % K.CPU_INT4_ROW_MULTIPLE:
+            pad = -self.out_features % K.CPU_INT4_ROW_MULTIPLE  # zero rows, cut off again after the matmul
+            codes = torch.cat([codes, codes.new_zeros(pad, self.in_features)])
+            scale = torch.cat([scale, scale.new_zeros(pad, scale.shape[1])])
+            minimum = torch.cat([minimum, minimum.new_zeros(pad, minimum.shape[1])])
+        pack = K.pack_int4_cpu if self.kernel == K.CPU_INT4 else K.pack_int4_cuda
+        self.register_buffer("packed", pack(codes.to(device)), persistent=False)
+        self.register_buffer("scales_and_zeros", K.scales_and_zeros(scale, minimum, dtype).to(device),
+                             persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel == K.DEQUANT:
+            return nn.functional.linear(x, self.dequantized, self.bias)
+        x2d = x.reshape(-1, self.in_features).contiguous()
+        y = K.int4_mm(self.kernel, x2d, self.packed, self.group_size, self.scales_and_zeros)
+        if y.shape[-1] != self.out_features:
+            y = y[:, : self.out_features]
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}, "
+                f"kernel={self.kernel}, bias={self.bias is not None}")
+
+
+class Int8Linear(nn.Module):
+    """y = x W^T + b with W int8 per output channel, on `_weight_int8pack_mm` where the device has it."""
+
+    def __init__(self, weight: Int8Weight, bias: torch.Tensor | None, dtype: torch.dtype, device: torch.device):
+        super().__init__()
+        device = torch.device(device)
+        self.out_features, self.in_features = weight.values.shape
+        self.kernel = K.int8_kernel(device.type, dtype)
+        self.register_buffer("bias", None if bias is None else bias.detach().to(device, dtype), persistent=False)
+        self.register_buffer("values", weight.values.to(device).contiguous(), persistent=False)
+        self.register_buffer("scale", weight.scale.to(device, dtype), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel == K.DEQUANT:
+            # No weight-only int8 kernel on this device: dequantize per call (saves memory, not time).
+            y = nn.functional.linear(x, self.values.to(x.dtype)) * self.scale
+        else:
+            x2d = x.reshape(-1, self.in_features).contiguous()
+            y = K.int8_mm(x2d, self.values, self.scale).reshape(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, kernel={self.kernel}, "
+                f"bias={self.bias is not None}")
+
+
+QuantizedLinear = (Int4Linear, Int8Linear)
+
+
+def quantized_linear(weight: Int4Weight | Int8Weight, bias, dtype, device) -> nn.Module:
+    """The module for already-quantized weights (from a GGUF's blocks or the cache)."""
+    cls = Int4Linear if isinstance(weight, Int4Weight) else Int8Linear
+    return cls(weight, bias, dtype, device)
+
+
+def quantize_weight(weight: torch.Tensor, quant: str, group_size: int = DEFAULT_GROUP_SIZE):
+    """int4 groups, or int8 per channel. A layer whose width is not a multiple of the group takes int8: int4 groups
+    cannot cover it, and the precision only goes up."""
+    if quant == "int4" and weight.shape[1] % group_size == 0:
+        return quantize_int4(weight, group_size)
+    return quantize_int8(weight)
+
+
+def quantize_linear(linear: nn.Linear, quant: str, group_size: int = DEFAULT_GROUP_SIZE) -> nn.Module:
+    w = linear.weight
+    return quantized_linear(quantize_weight(w, quant, group_size), linear.bias, w.dtype, w.device)
+
+
+def linear_names(model: nn.Module, head: bool = True) -> list[str]:
+    """Qualified names of the model's nn.Linear modules; the output embedding (LM head) last, or left out."""
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and m is not out]
+    if head and isinstance(out, nn.Linear):
+        names += [n for n, m in model.named_modules() if m is out][:1]
+    return names
+
+
+def set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, child, module)
+
+
+def quantize_model(
+    model: nn.Module,
+    quant: str | None,
+    group_size: int = DEFAULT_GROUP_SIZE,
+    head: bool = True,
+    weights: dict[str, Int4Weight | Int8Weight] | None = None,
+) -> nn.Module:
+    """Replace every nn.Linear of `model` (attention, MLP and, with `head`, the LM head) by its quantized version.
+
+    `weights` gives already-quantized weights by module name (a GGUF's converted blocks); the others are
+    quantized from their float values. Embeddings and norms keep their float dtype. Returns `model`.
+    A draft model keeps its head float (head=False) when a drafter still has to select FR-Spec rows from it;
+    `quantize_head` then quantizes the drafter's head.
+    """
+    quant = parse_quant(quant)
+    if quant is None:
+        return model
+    weights = weights or {}
+    for name in linear_names(model, head):
+        linear = model.get_submodule(name)
+        if name in weights:
+            w = linear.weight
+            module = quantized_linear(weights[name], linear.bias, w.dtype, w.device)
+        else:
+            module = quantize_linear(linear, quant, group_size)
+        set_submodule(model, name, module)
+    model.frspec_quant = quant  # how the model was loaded, for reports
+    return model
+
+
+def quantize_head(head: nn.Module, quant: str | None, group_size: int = DEFAULT_GROUP_SIZE) -> nn.Module:
+    """A drafter's LM head, quantized: an nn.Linear (a full head) is returned quantized; a DraftVocab (FR-Spec's
+    pruned head: its `.head` is an nn.Linear over the kept rows) has that head quantized in place and is returned.
+    The kept rows are a copy, so the source head (and a tied embedding) stays intact."""
+    quant = parse_quant(quant)
+    if quant is None or isinstance(head, QuantizedLinear):
+        return head
+    if isinstance(head, nn.Linear):
+        return quantize_linear(head, quant, group_size)
+    inner = getattr(head, "head", None)
+    if isinstance(inner, QuantizedLinear):
+        return head
+    if isinstance(inner, nn.Linear):
+        head.head = quantize_linear(inner, quant, group_size)
+        return head
+    raise FrspecError(f"cannot quantize an LM head of type {type(head).__name__}")
+
+
+def quantize_drafter_head(drafter, quant: str | None, group_size: int = DEFAULT_GROUP_SIZE) -> bool:
+    """Quantize a draft-model drafter's LM head (its DraftVocab: full or FR-Spec pruned) after the drafter selected
+    its rows; True when it did. EAGLE heads (which stay float) and context-aware vocabularies (whose rows change per
+    request, vocab/context_vocab.py) are left alone."""
+    vocab = getattr(drafter, "vocab", None)
+    if parse_quant(quant) is None or vocab is None or hasattr(vocab, "begin_request"):
+        return False
+    if getattr(drafter, "head", None) is not None or not isinstance(getattr(vocab, "head", None), nn.Linear):
+        return False
+    quantize_head(vocab, quant, group_size)
+    return True

@@ -1,0 +1,104 @@
+"""Which PyTorch weight-only kernel runs a quantized matmul on which device, and the weight layout each one needs.
+
+PyTorch ships two int4 kernels with different packed layouts, and one int8 kernel:
+
+    CPU   int4  torch._weight_int4pack_mm_for_cpu   packed by _convert_weight_to_int4pack_for_cpu (int32 codes)
+          int8  torch._weight_int8pack_mm           plain int8 [N, K] and one scale per row
+    CUDA  int4  torch._weight_int4pack_mm           packed by _convert_weight_to_int4pack (uint8 nibble pairs),
+                                                    bf16 activations only (tinygemm)
+          int8  no weight-only kernel in ATen: the weight is dequantized per call (saves memory, not time)
+
+Both int4 kernels compute w = (code - 8) * scale + zero per group of `group_size` input columns, from a
+[K / group_size, N, 2] tensor of (scale, zero) in the activation dtype. Anything a kernel cannot take (a device or
+dtype it lacks, shapes it refuses) falls back to a dequantized weight and F.linear: slower, never wrong.
+
+The CUDA paths are written from PyTorch's documented layouts and covered here only by tests of this dispatch
+logic: no GPU was available when they were written.
+"""
+
+from __future__ import annotations
+
+import torch
+
+INT4_GROUP_SIZES = (32, 64, 128, 256)  # what both int4 kernels accept
+CPU_INT4_ROW_MULTIPLE = 16  # _convert_weight_to_int4pack_for_cpu packs rows in blocks of 16
+CPU_ACT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+CPU_INT4 = "cpu-int4pack"
+CUDA_INT4 = "cuda-int4pack"
+INT8 = "int8pack"
+DEQUANT = "dequantized"
+
+
+def has_kernel(op: str, device_type: str) -> bool:
+    """Whether this torch build registers an implementation of aten::`op` for `device_type` ("cpu", "cuda")."""
+    key = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "xpu": "XPU"}.get(device_type)
+    if key is None or not hasattr(torch.ops.aten, op):
+        return False
+    return torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", key)
+
+
+def int4_kernel(device_type: str, dtype: torch.dtype, in_features: int, group_size: int,
+                available=has_kernel) -> str:
+    """The int4 path for a [*, in_features] x int4 [N, in_features] matmul: CPU_INT4, CUDA_INT4 or DEQUANT.
+
+    `available(op, device_type)` is injectable so the CUDA branch can be tested on a CPU-only machine.
+    """
+    if group_size not in INT4_GROUP_SIZES or in_features % group_size:
+        return DEQUANT
+    if device_type == "cpu" and dtype in CPU_ACT_DTYPES and available("_weight_int4pack_mm_for_cpu", "cpu"):
+        return CPU_INT4
+    if (
+        device_type == "cuda"
+        and dtype == torch.bfloat16
+        and cuda_inner_k_tiles(in_features) is not None
+        and available("_weight_int4pack_mm", "cuda")
+    ):
+        return CUDA_INT4
+    return DEQUANT
+
+
+def int8_kernel(device_type: str, dtype: torch.dtype, available=has_kernel) -> str:
+    """INT8 where this build has `_weight_int8pack_mm` for the device (CPU; not CUDA in 2.13), else DEQUANT."""
+    if dtype in CPU_ACT_DTYPES and available("_weight_int8pack_mm", device_type):
+        return INT8
+    return DEQUANT
+
+
+def cuda_inner_k_tiles(in_features: int) -> int | None:
+    """tinygemm's innerKTiles for K input columns: the largest of 8, 4, 2 with K % (16 * tiles) == 0."""
+    for tiles in (8, 4, 2):
+        if in_features % (16 * tiles) == 0:
+            return tiles
+    return None
+
+
+def scales_and_zeros(scale: torch.Tensor, minimum: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The kernels' [K / g, N, 2] (scale, zero) tensor for groups dequantized as code * scale + minimum.
+
+    The kernels subtract 8 from each code, so their zero is minimum + 8 * scale.
+    """
+    zero = minimum.float() + 8 * scale.float()
+    return torch.stack([scale.float().t(), zero.t()], dim=-1).to(dtype).contiguous()
+
+
+def pack_int4_cpu(codes: torch.Tensor) -> torch.Tensor:
+    """CPU layout of int4 codes [N, K] (0..15, N a multiple of 16)."""
+    return torch._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
+
+
+def pack_int4_cuda(codes: torch.Tensor) -> torch.Tensor:
+    """CUDA (tinygemm) layout of int4 codes [N, K] on a CUDA device: nibble pairs (even << 4 | odd), then packed."""
+    codes = codes.to(torch.int32)
+    pairs = ((codes[:, ::2] << 4) | codes[:, 1::2]).to(torch.uint8).contiguous()
+    return torch._convert_weight_to_int4pack(pairs, cuda_inner_k_tiles(codes.shape[1]))
+
+
+def int4_mm(kernel: str, x2d: torch.Tensor, packed: torch.Tensor, group_size: int, sz: torch.Tensor) -> torch.Tensor:
+    if kernel == CPU_INT4:
+        return torch._weight_int4pack_mm_for_cpu(x2d, packed, group_size, sz)
+    return torch._weight_int4pack_mm(x2d, packed, group_size, sz)
+
+
+def int8_mm(x2d: torch.Tensor, values: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return torch._weight_int8pack_mm(x2d, values, scale)

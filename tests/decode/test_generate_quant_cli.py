@@ -1,0 +1,42 @@
+"""`frspec generate --quant`: a quantized draft + FR-Spec map gives exactly the quantized target's own output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from spec_tiny import tiny_lm, tiny_tokenizer
+
+from frspec import cli
+from frspec.vocab.token_map import TokenMap
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    tok = tiny_tokenizer()
+    vocab = 16 * -(-len(tok) // 16)
+    for name, seed in (("target", 0), ("draft", 1)):
+        model = tiny_lm("qwen2", vocab, seed=seed, dtype=torch.float32)
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    TokenMap(list(range(40)), vocab).save(root / "map.frspec")
+    return root
+
+
+@pytest.mark.parametrize("quant", ["int4", "int8"])
+def test_generate_quantized_is_lossless_against_the_quantized_target(model_dirs, capsys, quant):
+    base = ["generate", "--target", str(model_dirs / "target"), "--prompt", "hello there", "--max-new-tokens",
+            "12", "--dtype", "fp32", "--json", "--threads", "1", "--quant", quant]
+    outputs = {}
+    for name, extra in (("vanilla", []), ("fr-spec", ["--draft", str(model_dirs / "draft"), "--token-map",
+                                                       str(model_dirs / "map.frspec"), "--num-spec-tokens", "3"]),
+                        ("draft", ["--draft", str(model_dirs / "draft"), "--draft-quant", "int8"])):
+        assert cli.main(base + extra) == 0
+        outputs[name] = json.loads(capsys.readouterr().out)
+    assert outputs["fr-spec"]["method"] == "fr-spec"
+    assert outputs["fr-spec"]["token_ids"] == outputs["vanilla"]["token_ids"]
+    assert outputs["draft"]["token_ids"] == outputs["vanilla"]["token_ids"]
+    with pytest.raises(SystemExit):
+        cli.main(base[:-1] + ["int3"])
