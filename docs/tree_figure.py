@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from frspec.io import atomic_path  # noqa: E402
-from frspec.spec.tree import TokenTree  # noqa: E402
+from frspec.decode.token_tree import TokenTree  # noqa: E402
 
 WORDS = ["The", "cat", "dog", "sat", "ran", "is", "on"]
 PARENTS = [-1, 0, 0, 1, 1, 2, 3]

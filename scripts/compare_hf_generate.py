@@ -15,7 +15,7 @@ import torch
 from frspec.bench.datasets import encode_prompt, load_prompts
 from frspec.models.loading import load_model, set_threads
 from frspec.models.tokenizer import load_tokenizer
-from frspec.spec.engine import build_generator
+from frspec import build_generator
 
 
 def main() -> None:

@@ -17,9 +17,9 @@ from frspec.bench.datasets import encode_prompt, load_mtbench
 from frspec.bench.eagle_heads import DEFAULT_EAGLE_TARGET, resolve_eagle_head
 from frspec.models.loading import load_model, resolve_model_dir
 from frspec.models.tokenizer import load_tokenizer
-from frspec.spec.engine import build_generator
-from frspec.spec.stats import GenerationStats
-from frspec.spec.tree import TreeShape
+from frspec import build_generator
+from frspec.decode.stats import GenerationStats
+from frspec import TreeShape
 
 
 def main() -> None:

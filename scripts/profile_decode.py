@@ -41,7 +41,7 @@ def categorize(name: str) -> str:
 
 @torch.inference_mode()
 def decode_steps(model, cache, context: int, rows: int, steps: int, vocab: int):
-    from frspec.spec.cache import truncate_cache
+    from frspec.decode.kv_cache import truncate_cache
 
     gen = torch.Generator().manual_seed(1)
     times = []
@@ -56,7 +56,7 @@ def decode_steps(model, cache, context: int, rows: int, steps: int, vocab: int):
 
 def main() -> int:
     from frspec.models.loading import load_model, set_threads
-    from frspec.spec.cache import enable_rollback, new_cache
+    from frspec.decode.kv_cache import enable_rollback, new_cache
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")

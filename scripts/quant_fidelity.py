@@ -54,7 +54,7 @@ def log_probs(model, ids: list[int], chunk: int) -> torch.Tensor:
 
 @torch.inference_mode()
 def greedy(model, prompt: list[int], n: int) -> list[int]:
-    from frspec.spec.engine import build_generator
+    from frspec.decode.factory import build_generator
 
     return build_generator(model).generate(input_ids=prompt, max_new_tokens=n, eos_token_ids=[]).token_ids
 

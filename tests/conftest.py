@@ -15,3 +15,9 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+# tests/vllm needs vLLM's CPU build, which lives in its own venv (scripts/setup_vllm.sh; scripts/test.sh runs it).
+import importlib.util
+
+_vllm = importlib.util.find_spec("vllm")  # (this folder's tests/vllm is on sys.path too: a namespace, not vLLM)
+collect_ignore = [] if _vllm is not None and _vllm.origin not in (None, "namespace") else ["vllm"]

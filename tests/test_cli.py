@@ -23,3 +23,11 @@ def test_frspec_error_is_one_line_and_exit_2(monkeypatch, capsys):
     assert cli.main(["boom"]) == 2
     err = capsys.readouterr().err
     assert err == "frspec: error: the map is for another vocabulary\n"
+
+
+def test_every_dtype_choice_parses():
+    from frspec.commands.options import DTYPE_CHOICES
+    from frspec.models.loading import parse_dtype
+
+    assert DTYPE_CHOICES[0] == "auto" and parse_dtype("auto") is None
+    assert all(parse_dtype(name) is not None for name in DTYPE_CHOICES[1:])

@@ -1,4 +1,5 @@
-"""The `frspec` command. Each area registers its own subcommands; this module only dispatches and reports errors."""
+"""The `frspec` command. Each subcommand registers itself (frspec/commands/); this module only dispatches and reports
+errors."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from frspec.errors import FrspecError
 # Modules that define `register(subparsers)`. Imported lazily per area so `frspec --help` stays fast and an area
 # under construction cannot break the others.
 _COMMAND_MODULES = [
-    "frspec.vocab.commands",
-    "frspec.spec.commands",
-    "frspec.models.commands",
-    "frspec.bench.commands",
-    "frspec.train.commands",
+    "frspec.commands.vocab",
+    "frspec.commands.generate",
+    "frspec.commands.models",
+    "frspec.commands.bench",
+    "frspec.commands.train",
+    "frspec.commands.serve",
 ]
 
 
@@ -52,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         # The reader (e.g. `| head`) went away; stop quietly like other Unix tools.
         sys.stderr.close()
         return 141
+    except OSError as e:
+        # The environment, not a bug: an unwritable or vanished path, a full disk. Name the path, one line.
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"frspec: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
     return int(result or 0)
 
 

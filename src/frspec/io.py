@@ -1,4 +1,5 @@
-"""File helpers shared by every writer, so that no command ever leaves a half-written output file."""
+"""File helpers: atomic writers, so that no command ever leaves a half-written output file, and a text reader
+whose every failure is a one-line FrspecError naming the file."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Iterator
+
+from frspec.errors import FrspecError
 
 
 @contextlib.contextmanager
@@ -32,3 +35,16 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+def read_text(path: str | os.PathLike, what: str = "file") -> str:
+    """The UTF-8 text of `path`, or a one-line FrspecError naming the file (missing, unreadable, not UTF-8)."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FrspecError(f"{what} not found: {path}") from None
+    except UnicodeDecodeError as e:
+        raise FrspecError(f"{what} {path} is not UTF-8 text (byte {e.start}); re-encode it as UTF-8") from None
+    except OSError as e:
+        raise FrspecError(f"cannot read {what} {path}: {e.strerror or e}") from None

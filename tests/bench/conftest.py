@@ -11,7 +11,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 # The engine's and loader's tiny EAGLE heads (eagle_tiny, eagle_layouts) are reused here, not duplicated. Appended, so
 # this directory's own modules (conftest) still win.
-for _shared in ("spec", "models"):
+for _shared in ("decode", "models"):
     sys.path.append(str(Path(__file__).resolve().parents[1] / _shared))
 
 VOCAB = 320

@@ -121,3 +121,27 @@ def test_encode_prompt_applies_chat_template():
 
 def test_encode_prompt_without_template_uses_raw_text():
     assert encode_prompt(_tiny_tokenizer(), "world hello") == [5, 4]
+
+
+def test_encode_prompt_renders_the_history_of_a_multiturn_prompt():
+    template = (
+        "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    tok = _tiny_tokenizer(template)
+    prompt = Prompt("p", "world", history=({"role": "user", "content": "hello"},
+                                           {"role": "assistant", "content": "hello world"}))
+    assert encode_prompt(tok, prompt) == [1, 4, 3, 2, 4, 5, 3, 1, 5, 3, 2]
+    assert encode_prompt(tok, Prompt("q", "hello")) == encode_prompt(tok, "hello")
+    assert encode_prompt(_tiny_tokenizer(), prompt) == [4, 4, 5, 5]  # no template: the turns joined
+
+
+def test_mtbench_reference_answers_cover_both_turns():
+    prompts = datasets.load_mtbench_with_references()
+    assert len(prompts) == 60 and all(p.reference for p in prompts)
+    first, second = prompts[0], prompts[1]
+    assert first.id.endswith("-t1") and second.id.endswith("-t2") and not first.history
+    assert [m["role"] for m in second.history] == ["user", "assistant"]
+    assert second.history[0]["content"] == first.text and second.history[1]["content"] == first.reference
+    with_ref = [p for p in load_mtbench() if p.reference]
+    assert len(with_ref) == 30 and {p.category for p in with_ref} == {"math", "reasoning", "coding"}

@@ -16,7 +16,7 @@ from frspec.bench.summary import summarize
 from frspec.cli import main
 from frspec.errors import FrspecError
 from frspec.models.tokenizer import load_tokenizer
-from frspec.spec.tree import TreeShape
+from frspec.decode.tree_shape import TreeShape
 from frspec.vocab.counting import count_tokens
 from frspec.vocab.token_map import TokenMap
 
@@ -62,15 +62,15 @@ def test_runner_with_eagle_chain_trees_and_maps_is_lossless_in_fp64(tiny_dirs, h
     chain, chain16 = rows["eagle chain-3"], rows["eagle+fr-spec chain-3 map=16"]
     assert (chain["method"], chain["tree"], chain["num_spec_tokens"]) == (EAGLE, "chain-3", 3)
     assert (chain16["method"], chain16["tree"], chain16["token_map_size"]) == (EAGLE_FRSPEC, "chain-3", 16)
-    assert rows["eagle dyn d3 k3 n8"]["tree"] == "dyn d3 k3 n8" and rows["draft tree 2x2"]["tree"] == "tree 2x2"
+    assert rows["eagle dynamic-3x3x8"]["tree"] == "dynamic-3x3x8" and rows["draft static-2x2"]["tree"] == "static-2x2"
     if head_kind == "eagle2":
         # This oracle head agrees with the target often; a 16-id map cannot propose most of what the target says.
         # The two rows share one head, so this also shows each ran with its own LM-head restriction.
         assert chain["acceptance_length"] > 1.5
         assert chain16["acceptance_length"] < chain["acceptance_length"]
-    assert chain16["speedup_vs_drafter"] == pytest.approx(chain16["tokens_per_s"] / chain["tokens_per_s"])
-    assert rows["eagle+fr-spec dyn d3 k3 n8 map=64"]["speedup_vs_drafter"] == pytest.approx(
-        rows["eagle+fr-spec dyn d3 k3 n8 map=64"]["tokens_per_s"] / rows["eagle dyn d3 k3 n8"]["tokens_per_s"])
+    assert chain16["speedup_vs_drafter"] == pytest.approx(chain16["decode_tokens_per_s"] / chain["decode_tokens_per_s"])
+    assert rows["eagle+fr-spec dynamic-3x3x8 map=64"]["speedup_vs_drafter"] == pytest.approx(
+        rows["eagle+fr-spec dynamic-3x3x8 map=64"]["decode_tokens_per_s"] / rows["eagle dynamic-3x3x8"]["decode_tokens_per_s"])
     for label, row in rows.items():
         if label == VANILLA:
             continue
@@ -78,8 +78,8 @@ def test_runner_with_eagle_chain_trees_and_maps_is_lossless_in_fp64(tiny_dirs, h
         # Steps that drafted (the last one of a prompt may have no room left to draft).
         assert row["target_forwards"] - len(prompts) <= sum(row["accepted_depth_histogram"]) <= row["target_forwards"]
     # Trees verify more nodes per step than their depth; chains exactly their depth (short near the budget's end).
-    assert 2 < rows["eagle tree 2x2"]["draft_tokens_per_step"] <= 6
-    assert rows["eagle dyn d3 k3 n8"]["draft_tokens_per_step"] <= 8
+    assert 2 < rows["eagle static-2x2"]["draft_tokens_per_step"] <= 6
+    assert rows["eagle dynamic-3x3x8"]["draft_tokens_per_step"] <= 8
     assert rows["eagle chain-3"]["draft_tokens_per_step"] <= 3
 
 
@@ -119,15 +119,15 @@ def test_cli_eagle_on_its_own_target_gets_its_own_table_and_vanilla(tiny_dirs, t
     main_t, eagle_t = str(target_dir), str(draft_dir)
     assert labels == [
         (main_t, "vanilla"), (main_t, "draft k=2"), (main_t, "fr-spec k=2 map=16"),
-        (main_t, "draft tree 2x2"), (main_t, "fr-spec tree 2x2 map=16"),
+        (main_t, "draft static-2x2"), (main_t, "fr-spec static-2x2 map=16"),
         (eagle_t, "vanilla"), (eagle_t, "eagle chain-2"), (eagle_t, "eagle+fr-spec chain-2 map=64"),
-        (eagle_t, "eagle dyn d3 k2 n4"), (eagle_t, "eagle+fr-spec dyn d3 k2 n4 map=64"),
+        (eagle_t, "eagle dynamic-3x2x4"), (eagle_t, "eagle+fr-spec dynamic-3x2x4 map=64"),
     ]
     assert all(r["greedy_identical"] in ("yes", "reference") for r in payload["rows"])
     # Speedups of EAGLE rows are against the EAGLE target's own vanilla.
     eagle_vanilla = payload["rows"][5]
     assert payload["rows"][6]["speedup_vs_vanilla"] == pytest.approx(
-        payload["rows"][6]["tokens_per_s"] / eagle_vanilla["tokens_per_s"])
+        payload["rows"][6]["decode_tokens_per_s"] / eagle_vanilla["decode_tokens_per_s"])
     meta = payload["meta"]
     assert meta["eagle_head"] == str(head) and meta["eagle_target"] == eagle_t
     assert [s["target"] for s in meta["sections"]] == [main_t, eagle_t]
@@ -135,9 +135,9 @@ def test_cli_eagle_on_its_own_target_gets_its_own_table_and_vanilla(tiny_dirs, t
     assert len(payload["generations"]) == 2 * 10
     assert {g["target"] for g in payload["generations"]} == {main_t, eagle_t}
     md = (tmp_path / "out" / "results.md").read_text()
-    assert f"### Target `{eagle_t}`" in md and "| eagle+fr-spec | dyn d3 k2 n4 | 3 | 64 |" in md
+    assert f"### Target `{eagle_t}`" in md and "| eagle+fr-spec | dynamic-3x2x4 | 3 | 64 |" in md
     out = capsys.readouterr().out
-    assert out.count("frspec bench:") == 2 and "dyn d3 k2 n4" in out  # one terminal table per target
+    assert out.count("frspec bench:") == 2 and "dynamic-3x2x4" in out  # one terminal table per target
 
 
 def test_cli_default_head_on_the_main_target_shares_its_table(tiny_dirs, tmp_path, monkeypatch, capsys):
@@ -155,7 +155,7 @@ def test_cli_default_head_on_the_main_target_shares_its_table(tiny_dirs, tmp_pat
                   "--tree-shapes", "static-2x2", "--eagle-token-map-sizes", "16")
     assert code == 0
     payload = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert [r["label"] for r in payload["rows"]] == ["vanilla", "eagle tree 2x2", "eagle+fr-spec tree 2x2 map=16"]
+    assert [r["label"] for r in payload["rows"]] == ["vanilla", "eagle static-2x2", "eagle+fr-spec static-2x2 map=16"]
     assert all(r["greedy_identical"] in ("yes", "reference") for r in payload["rows"])
     assert payload["meta"]["eagle_head_dir"] == str(head) and len(payload["meta"]["sections"]) == 1
 

@@ -37,7 +37,7 @@ def test_method_fields_must_match_kind():
 
 
 def test_plan_with_draft_trees_and_eagle_shapes():
-    from frspec.spec.tree import TreeShape
+    from frspec.decode.tree_shape import TreeShape
 
     methods = plan_methods(
         [3], [8], draft_tree_shapes=[TreeShape.static(2, 2), TreeShape.chain(3)],
@@ -46,12 +46,12 @@ def test_plan_with_draft_trees_and_eagle_shapes():
     assert [m.label for m in methods] == [
         "vanilla",
         "draft k=3", "fr-spec k=3 map=8",  # the draft tree "chain-3" is this plain chain, not repeated
-        "draft tree 2x2", "fr-spec tree 2x2 map=8",
+        "draft static-2x2", "fr-spec static-2x2 map=8",
         "eagle chain-4", "eagle+fr-spec chain-4 map=16",
-        "eagle dyn d5 k4 n24", "eagle+fr-spec dyn d5 k4 n24 map=16",
+        "eagle dynamic-5x4x24", "eagle+fr-spec dynamic-5x4x24 map=16",
     ]
     assert [m.tree_label for m in methods] == [
-        None, "chain-3", "chain-3", "tree 2x2", "tree 2x2", "chain-4", "chain-4", "dyn d5 k4 n24", "dyn d5 k4 n24"]
+        None, "chain-3", "chain-3", "static-2x2", "static-2x2", "chain-4", "chain-4", "dynamic-5x4x24", "dynamic-5x4x24"]
     assert [m.num_spec_tokens for m in methods[1:]] == [3, 3, 2, 2, 4, 4, 5, 5]
     # FR-Spec is judged against the same drafter and shape without a map.
     assert methods[4].same_drafter_without_frspec == methods[3]
@@ -66,7 +66,7 @@ def test_plan_with_draft_trees_and_eagle_shapes():
 
 def test_eagle_and_tree_methods_are_validated():
     from frspec.bench.methods import EAGLE, EAGLE_FRSPEC
-    from frspec.spec.tree import TreeShape
+    from frspec.decode.tree_shape import TreeShape
 
     with pytest.raises(ValueError):
         Method(EAGLE, 4)  # EAGLE always names its shape

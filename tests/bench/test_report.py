@@ -16,7 +16,7 @@ def _row(method, k=None, size=None, tps=10.0, greedy="yes", tree=None):
     spec = method != "vanilla"
     return {
         "label": label, "method": method, "tree": tree, "num_spec_tokens": k, "token_map_size": size,
-        "acceptance_length": 2.5 if spec else 1.0, "tokens_per_s": tps, "total_time_s": 12.345,
+        "acceptance_length": 2.5 if spec else 1.0, "decode_tokens_per_s": tps, "total_time_s": 12.345,
         "forward_ratio": 0.31 if spec else None, "speedup_vs_vanilla": tps / 10.0 if spec else None,
         "speedup_vs_drafter": 1.1 if method.endswith("fr-spec") else None, "lm_head_share": 0.25 if spec else None,
         "greedy_identical": greedy if spec else "reference", "tokens": 96,
@@ -46,7 +46,7 @@ def test_write_report_produces_json_csv_markdown_and_plots(tmp_path):
         rows = list(csv.DictReader(f))
     assert [r["label"] for r in rows] == [r["label"] for r in payload["rows"]]
     assert list(rows[0])[: len(COLUMNS)] == [k for k, _ in COLUMNS]
-    assert float(rows[2]["tokens_per_s"]) == 17.0 and rows[0]["forward_ratio"] == ""
+    assert float(rows[2]["decode_tokens_per_s"]) == 17.0 and rows[0]["forward_ratio"] == ""
     md = (out / "results.md").read_text()
     for _, title in COLUMNS:
         assert title in md
@@ -84,7 +84,7 @@ def test_table_formatting(capsys):
     assert format_value("speedup_vs_vanilla", 1.234) == "1.23x"
     assert format_value("lm_head_share", 0.256) == "25.6%"
     assert format_value("forward_ratio", None) == "-"
-    assert format_value("tokens_per_s", 123.456) == "123.5"
+    assert format_value("decode_tokens_per_s", 123.456) == "123.5"
     md = markdown_table(_payload()["rows"])
     assert md.count("\n") == 1 + 6 and (
         "| fr-spec | chain-3 | 3 | 8 | 2.50 | 17.00 | 12.35 | 0.31 | 1.70x | 1.10x | 25.0% | 1 differ |") in md
@@ -103,8 +103,8 @@ def _eagle_payload():
     main = [{"target": "big", **r} for r in payload["rows"][:3]]
     eagle = [{"target": "small", **r} for r in [
         _row("vanilla", tps=20.0), _row("eagle", 4, tps=30.0), _row("eagle+fr-spec", 4, 32, tps=33.0),
-        _row("eagle", 5, tps=35.0, tree="dyn d5 k4 n16"),
-        _row("eagle+fr-spec", 5, 32, tps=36.0, tree="dyn d5 k4 n16", greedy="2 differ")]]
+        _row("eagle", 5, tps=35.0, tree="dynamic-5x4x16"),
+        _row("eagle+fr-spec", 5, 32, tps=36.0, tree="dynamic-5x4x16", greedy="2 differ")]]
     payload["rows"] = main + eagle
     payload["meta"].update(
         eagle_head="default", eagle_target="small",
@@ -122,14 +122,14 @@ def test_report_with_eagle_rows_has_a_table_per_target_and_the_tree_column(tmp_p
     assert "| Method | Tree | Num Spec Tokens |" in md
     big, small = md.index("### Target `big`"), md.index("### Target `small`")
     assert big < md.index("| fr-spec | chain-3 | 3 | 8 |") < small
-    assert small < md.index("| eagle+fr-spec | dyn d5 k4 n16 | 5 | 32 | 2.50 | 36.00 |")
+    assert small < md.index("| eagle+fr-spec | dynamic-5x4x16 | 5 | 32 | 2.50 | 36.00 |")
     assert md.count("| vanilla | - | - | - |") == 2
     assert "- EAGLE head: `default` on target `small`" in md
     assert "Token maps (target `big`): counts A" in md and "Token maps (target `small`): counts B" in md
     assert "| big | fr-spec k=3 map=8 | p1 | 5 |" in md  # divergences name their target
     with open(tmp_path / "results.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [r["tree"] for r in rows[3:]] == ["", "chain-4", "chain-4", "dyn d5 k4 n16", "dyn d5 k4 n16"]
+    assert [r["tree"] for r in rows[3:]] == ["", "chain-4", "chain-4", "dynamic-5x4x16", "dynamic-5x4x16"]
     assert [r["target"] for r in rows] == ["big"] * 3 + ["small"] * 5
     for png in ("throughput_vs_map_size.png", "acceptance_vs_map_size.png"):
         assert (tmp_path / png).read_bytes().startswith(PNG_MAGIC)
@@ -148,9 +148,9 @@ def test_plot_has_one_line_per_drafter_and_shape(tmp_path, monkeypatch):
         return original(self, xs, ys, *args, **kwargs)
 
     monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
-    plots.plot_vs_map_size(_eagle_payload()["rows"], "tokens_per_s", "tok/s", tmp_path / "p.png", vocab_size=64)
+    plots.plot_vs_map_size(_eagle_payload()["rows"], "decode_tokens_per_s", "tok/s", tmp_path / "p.png", vocab_size=64)
     assert lines == {
         "big: draft chain-3": ([8, 64], [17.0, 15.0]),
         "small: eagle chain-4": ([32, 64], [33.0, 30.0]),
-        "small: eagle dyn d5 k4 n16": ([32, 64], [36.0, 35.0]),
+        "small: eagle dynamic-5x4x16": ([32, 64], [36.0, 35.0]),
     }

@@ -10,8 +10,8 @@ from frspec.bench.runner import BenchResult, Generation, find_divergences, first
 from frspec.bench.summary import summarize
 from frspec.cli import main
 from frspec.models.tokenizer import load_tokenizer
-from frspec.spec.sampling import SamplingParams
-from frspec.spec.stats import GenerationStats
+from frspec.decode.sampling import SamplingParams
+from frspec.decode.stats import GenerationStats
 from frspec.vocab.counting import count_tokens
 from frspec.vocab.token_map import TokenMap
 
@@ -64,7 +64,7 @@ def test_run_benchmark_interleaves_methods_and_is_lossless_in_fp64(tiny_dirs):
     # Decoding throughput: decode-step tokens over wall time after the prefill, from totals over prompts.
     van = [g.stats for g in result.generations if g.method.kind == VANILLA]
     expected = sum(s.decode_tokens for s in van) / sum(s.wall_time_s - s.prefill_time_s for s in van)
-    assert rows["vanilla"]["tokens_per_s"] == pytest.approx(expected)
+    assert rows["vanilla"]["decode_tokens_per_s"] == pytest.approx(expected)
     assert rows["vanilla"]["tokens"] == sum(len(g.token_ids) for g in result.generations_of(Method(VANILLA)))
     assert rows["vanilla"]["acceptance_length"] == pytest.approx(1.0)
     assert rows["vanilla"]["forward_ratio"] is None and rows["vanilla"]["greedy_identical"] == "reference"
@@ -74,10 +74,10 @@ def test_run_benchmark_interleaves_methods_and_is_lossless_in_fp64(tiny_dirs):
         row = rows[label]
         assert row["greedy_identical"] == "yes"
         assert row["forward_ratio"] > 0 and 0 < row["lm_head_share"] < 1
-        assert row["speedup_vs_vanilla"] == pytest.approx(row["tokens_per_s"] / rows["vanilla"]["tokens_per_s"])
+        assert row["speedup_vs_vanilla"] == pytest.approx(row["decode_tokens_per_s"] / rows["vanilla"]["decode_tokens_per_s"])
         assert row["tokens"] == rows["vanilla"]["tokens"]
     assert rows["fr-spec k=2 map=16"]["speedup_vs_drafter"] == pytest.approx(
-        rows["fr-spec k=2 map=16"]["tokens_per_s"] / full["tokens_per_s"])
+        rows["fr-spec k=2 map=16"]["decode_tokens_per_s"] / full["decode_tokens_per_s"])
     # A 16-id map cannot propose what the models say outside it, so it is accepted less than the full vocabulary.
     assert rows["fr-spec k=2 map=16"]["acceptance_length"] < full["acceptance_length"]
 
@@ -105,7 +105,7 @@ def test_divergence_records_position_and_target_margin(tiny_dirs):
 
 
 def test_sampling_gives_prompt_i_the_seed_plus_i(tiny_dirs):
-    from frspec.spec.engine import build_generator
+    from frspec.decode.factory import build_generator
 
     target, _, tok = _load(tiny_dirs)
     prompts = _prompts(tok)[:2]

@@ -5,7 +5,8 @@ import pytest
 from frspec.bench import token_maps
 from frspec.bench.token_maps import resolve_token_maps
 from frspec.errors import FrspecError
-from frspec.models.tokenizer import load_tokenizer, tokenizer_identity
+from frspec.models.tokenizer import load_tokenizer
+from frspec.vocab.tokenizer_identity import tokenizer_identity
 from frspec.vocab import counting
 from frspec.vocab.counting import count_tokens
 from frspec.vocab.token_map import TokenMap
@@ -66,3 +67,27 @@ def test_counts_file_and_map_files(tok, tmp_path):
         resolve_token_maps(tok, VOCAB, [], token_map_files=[str(tmp_path / "m16.safetensors")] * 2)
     with pytest.raises(FrspecError, match="covers 320 ids but the model's vocabulary has 400"):
         resolve_token_maps(tok, 400, [16], counts_file=str(tmp_path / "c.safetensors"))
+
+
+def test_code_counts_are_counted_once_per_environment_and_cached(tok, tmp_path, monkeypatch):
+    from frspec.vocab import code_corpus
+
+    std, site = tmp_path / "lib", tmp_path / "site"
+    std.mkdir()
+    site.mkdir()
+    for i in range(30):
+        (std / f"m{i}.py").write_text(f"def total(numbers):\n    return sum(numbers) + {i}\n")
+        (site / f"p{i}.py").write_text(f"import math\nprint(math.pi * {i})\n")
+    monkeypatch.setattr(code_corpus, "source_roots", lambda: {"stdlib": std, "site-packages": site})
+    counts, path = token_maps.code_counts(tok, VOCAB, cache_dir=tmp_path / "cache")
+    assert path.is_file() and counts.vocab_size == VOCAB and counts.total > 0
+    assert 0 < counts.metadata["code_files"] < 60  # the held-out stdlib tenth is not counted
+    maps = token_maps.maps_from_counts(counts, [16], VOCAB)
+    assert maps[16].k == 16
+
+    def no_recount(*args, **kwargs):
+        raise AssertionError("counted again")
+
+    monkeypatch.setattr(code_corpus, "count_code", no_recount)
+    again, again_path = token_maps.code_counts(tok, VOCAB, cache_dir=tmp_path / "cache")
+    assert again_path == path and again.counts.tolist() == counts.counts.tolist()

@@ -18,7 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 from frspec.errors import FrspecError
 from frspec.models.eagle import Eagle2Head, Eagle3Head
 from frspec.models.eagle_loading import load_eagle_head
-from frspec.spec.tree import TokenTree
+from frspec.decode.token_tree import TokenTree
 from frspec.vocab.token_map import TokenMap
 
 H, VOCAB, TARGET_LAYERS = 32, 128, 4
@@ -94,7 +94,7 @@ def test_eagle2_layouts_load_and_compute_the_eagle_equations(tmp_path, fmt):
     hidden = torch.randn(H)
     want = reference_eagle2_logits(tensors, target, 7, hidden)
     torch.testing.assert_close(head_logits_one_token(head, 7, hidden), want)
-    assert torch.equal(head.draft_to_target, torch.arange(VOCAB))
+    assert torch.equal(head.head_to_target, torch.arange(VOCAB))
 
     # The state it drafts from is the target's final-normed one, the input of the target's LM head; asking the
     # target for just that index returns it too.
@@ -141,7 +141,7 @@ def test_eagle3_layout_loads_and_computes_the_eagle3_equations(tmp_path, fmt):
     config = head_config(H, VOCAB, 1, architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=40)
     head = load_eagle_head(write_checkpoint(tmp_path / "h", config, tensors, fmt), target)
     assert isinstance(head, Eagle3Head) and head.version == 3 and head.draft_vocab_size == 40
-    assert torch.equal(head.draft_to_target, draft_ids) and torch.equal(head.t2d, tensors["t2d"])
+    assert torch.equal(head.head_to_target, draft_ids) and torch.equal(head.t2d, tensors["t2d"])
 
     # The head reads the inputs of target layers 2, N/2, N-3 -- for N = 4 that is hidden_states[2], [2], [1].
     ids = torch.randint(VOCAB, (1, 5))
@@ -163,7 +163,7 @@ def test_eagle3_variants_full_vocab_renamed_layer_and_aux_ids(tmp_path):
     tensors = {k.replace("midlayer.", "layers.0."): v for k, v in tensors.items()}
     config = head_config(H, VOCAB, 1, eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 5]})
     head = load_eagle_head(write_checkpoint(tmp_path / "h", config, tensors, "safetensors"), target)
-    assert head.version == 3 and torch.equal(head.draft_to_target, torch.arange(VOCAB))
+    assert head.version == 3 and torch.equal(head.head_to_target, torch.arange(VOCAB))
     assert head.target_layer_ids(6) == [1, 3, 5]
     torch.testing.assert_close(head.midlayer.hidden_norm.weight, tensors["layers.0.hidden_norm.weight"])
 
@@ -267,14 +267,15 @@ def test_token_map_restricts_the_shared_lm_head_of_an_eagle2_head(tmp_path):
     features = head(torch.tensor([[3, 4]]), torch.randn(1, 2, H), torch.tensor([[0, 1]]))
     full = head.draft_logits(features)
     token_map = TokenMap(torch.tensor([5, 90, 17, 64]), VOCAB)
-    head.restrict_to(token_map)
-    assert torch.equal(head.draft_to_target, token_map.ids) and head.draft_vocab_size == 4
-    assert head.pruned_lm_head.weight.shape == (4, H)  # the LM head now costs k/V of the full one
-    torch.testing.assert_close(head.draft_logits(features), full[..., token_map.ids])
-    head.restrict_to(None)
+    vocab = head.draft_vocab(token_map)  # a drafter's own restriction; the head itself is not changed
+    assert torch.equal(vocab.target_ids, token_map.ids) and vocab.size == 4
+    assert vocab.head.weight.shape == (4, H)  # the LM head now costs k/V of the full one
+    torch.testing.assert_close(vocab.logits(head.lm_head_input(features)), full[..., token_map.ids])
+    unrestricted = head.draft_vocab(None)
+    assert unrestricted.size == VOCAB and torch.equal(unrestricted.logits(head.lm_head_input(features)), full)
     assert head.draft_vocab_size == VOCAB and torch.equal(head.draft_logits(features), full)
     with pytest.raises(FrspecError, match="vocabulary"):
-        head.restrict_to(TokenMap([1, 2], VOCAB + 1))
+        head.draft_vocab(TokenMap([1, 2], VOCAB + 1))
 
 
 @torch.no_grad()
@@ -285,11 +286,11 @@ def test_token_map_composes_with_eagle3_d2t(tmp_path):
     head = load_eagle_head(write_checkpoint(tmp_path / "h", config, eagle3_tensors(H, H, VOCAB, draft_ids)), target)
     features = head(torch.tensor([[3]]), torch.randn(1, 1, H), torch.tensor([[0]]))
     full = head.draft_logits(features)[0, 0]
-    head.restrict_to(TokenMap([10, 11, 4, 13, 100], VOCAB))  # odd ids are not in the draft vocabulary
-    assert head.draft_to_target.tolist() == [10, 4, 100]
-    torch.testing.assert_close(head.draft_logits(features)[0, 0], full[torch.tensor([5, 2, 50])])
+    vocab = head.draft_vocab(TokenMap([10, 11, 4, 13, 100], VOCAB))  # odd ids are not in the draft vocabulary
+    assert vocab.target_ids.tolist() == [10, 4, 100]
+    torch.testing.assert_close(vocab.logits(head.lm_head_input(features))[0, 0], full[torch.tensor([5, 2, 50])])
     with pytest.raises(FrspecError, match="no token in common"):
-        head.restrict_to(TokenMap([1, 3, 5], VOCAB))
+        head.draft_vocab(TokenMap([1, 3, 5], VOCAB))
 
 
 # --- the head under a tree mask, with a filled cache ----------------------------------------------------------------

@@ -14,7 +14,8 @@ from torch import nn
 from frspec.errors import FrspecError
 from frspec.models import quant_kernels as K
 from frspec.models.quant import (
-    Int4Linear, Int8Linear, QuantizedPrunedHead, parse_quant, quantize_head, quantize_int4, quantize_int8,
+    Int4Linear, Int8Linear, QuantizedPrunedHead, parse_quant, quantize_drafter_head, quantize_head, quantize_int4,
+    quantize_int8,
     quantize_linear, quantize_model,
 )
 
@@ -122,12 +123,17 @@ def test_quantize_model_replaces_every_linear_and_keeps_embeddings(quant):
 
 
 def test_quantize_head_covers_full_pruned_and_draft_vocab_heads():
-    from frspec.spec.pruned_head import PrunedLMHead
     from frspec.vocab.draft_vocab import DraftVocab
     from frspec.vocab.token_map import TokenMap
 
     weight = torch.randn(256, 64)
     ids = torch.tensor(list(range(0, 256, 3)))
+    class PrunedLMHead(nn.Module):  # the shape of frspec's former pruned head: copied rows and their ids
+        def __init__(self, weight, ids):
+            super().__init__()
+            self.register_buffer("weight", weight[ids].clone())
+            self.register_buffer("ids", ids.clone())
+
     pruned = quantize_head(PrunedLMHead(weight, ids), "int4")
     assert isinstance(pruned, QuantizedPrunedHead) and pruned.k == len(ids)
     assert torch.equal(pruned.to_target_ids(torch.tensor([0, 2])), ids[[0, 2]])
@@ -144,7 +150,7 @@ def test_quantize_head_covers_full_pruned_and_draft_vocab_heads():
 @pytest.mark.parametrize("quant", ["int4", "int8"])
 @pytest.mark.parametrize("tie", [False, True])
 def test_speculative_output_equals_the_quantized_targets_own(quant, tie):
-    from frspec.spec.engine import build_generator
+    from frspec.decode.factory import build_generator
     from frspec.vocab.token_map import TokenMap
 
     target = quantize_model(_tiny_target(tie), quant)
@@ -158,7 +164,7 @@ def test_speculative_output_equals_the_quantized_targets_own(quant, tie):
     for token_map in (None, TokenMap(keep, 256)):
         for k in (1, 3, 5):
             spec = build_generator(target, draft, token_map, num_spec_tokens=k)
-            spec.drafter.head = quantize_head(spec.drafter.head, quant)
+            assert quantize_drafter_head(spec.drafter, quant)
             for prompt, ref in zip(prompts, refs):
                 assert vanilla.generate(input_ids=prompt, max_new_tokens=16, eos_token_ids=[]).token_ids == ref
                 out = spec.generate(input_ids=prompt, max_new_tokens=16, eos_token_ids=[])

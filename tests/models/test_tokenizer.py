@@ -11,7 +11,8 @@ import pytest
 
 from frspec.errors import FrspecError
 from frspec.models import tokenizer as tokenizer_module
-from frspec.models.tokenizer import load_tokenizer, same_tokenizer, tokenizer_identity
+from frspec.models.tokenizer import load_tokenizer
+from frspec.vocab.tokenizer_identity import same_tokenizer, tokenizer_identity
 
 TINY_MERGES = [b"he", b"ll", b"hell", b"hello", b" w", b"or", b" wor", b" worl", b" world"]
 

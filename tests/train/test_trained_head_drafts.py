@@ -6,8 +6,8 @@ import pytest
 import torch
 from train_tiny import tiny_target, tiny_tokenizer, write_chats
 
-from frspec.spec import engine
-from frspec.spec.tree import TreeShape
+from frspec.decode import factory as engine
+from frspec.decode.tree_shape import TreeShape
 from frspec.train.dataset import FeatureDataset
 from frspec.train.features import CollectOptions, collect_features
 from frspec.train.head import new_head, save_head

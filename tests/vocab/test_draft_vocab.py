@@ -95,3 +95,16 @@ def test_two_vocabs_share_one_head_safely():
     h = torch.randn(8)
     torch.testing.assert_close(a.logits(h), (w @ h)[[1, 2, 3]])
     torch.testing.assert_close(b.logits(h), (w @ h)[[4, 5]])
+
+
+def test_kept_rows_is_the_selection_of_build_without_a_weight():
+    from frspec.vocab.draft_vocab import kept_rows
+
+    w, b = _head()
+    tm = TokenMap([9, 2, 40, 0], vocab_size=50)
+    rows, target_ids = kept_rows(tm, 50, 50)
+    dv = DraftVocab.build(w, b, token_map=tm)
+    assert torch.equal(rows, dv.rows) and torch.equal(target_ids, dv.target_ids)
+    head_to_target = torch.tensor([40, 3, 9, 11])  # a 4-row head drafting these target ids
+    rows, target_ids = kept_rows(tm, 4, 50, head_to_target)
+    assert rows.tolist() == [2, 0] and target_ids.tolist() == [9, 40]

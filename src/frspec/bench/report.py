@@ -23,7 +23,7 @@ COLUMNS = [
     ("num_spec_tokens", "Num Spec Tokens"),
     ("token_map_size", "Token Map Size"),
     ("acceptance_length", "Mean Acceptance Length"),
-    ("tokens_per_s", "Decoding Throughput (tokens/s)"),
+    ("decode_tokens_per_s", "Decoding Throughput (tokens/s)"),
     ("total_time_s", "Total Time (s)"),
     ("forward_ratio", "Forward Ratio"),
     ("speedup_vs_vanilla", "Speedup vs Vanilla"),
@@ -35,7 +35,7 @@ COLUMNS = [
 LEFT_ALIGNED = ("label", "tree")  # words; numbers align right
 
 PLOTS = [
-    ("tokens_per_s", "Decoding throughput (tokens/s)", "throughput_vs_map_size.png"),
+    ("decode_tokens_per_s", "Decoding throughput (tokens/s)", "throughput_vs_map_size.png"),
     ("acceptance_length", "Mean acceptance length", "acceptance_vs_map_size.png"),
 ]
 
@@ -45,14 +45,14 @@ METHODOLOGY = """\
   are interleaved per prompt and the starting method rotates from prompt to prompt. EAGLE rows run on the target
   the head was trained for; when that is not the main target they form their own table, run after the main one,
   with that target's own vanilla row as their reference.
-- Tree: the drafted shape. chain-k: k tokens in a row; tree DxB: a static tree of depth D with B children per
-  node; dyn dD kK nN: an EAGLE-2 dynamic tree of depth D expanding the top-K nodes per level and keeping the N
+- Tree: the drafted shape. chain-D: D tokens in a row; static-DxB: a static tree of depth D with B children per
+  node; dynamic-DxKxN: an EAGLE-2 dynamic tree of depth D expanding the top-K nodes per level and keeping the N
   best. Num Spec Tokens is the drafted depth. The target verifies a whole tree in one forward.
 - Mean Acceptance Length: tokens emitted per target decode forward (prefill excluded), from totals over all
   prompts. Vanilla is 1 by definition; a drafter drafting depth k can reach at most k + 1.
 - Decoding Throughput: tokens emitted by decode steps / decode time (wall time minus prefill), from totals over
-  all prompts; the prefill is the same target work for every method. End-to-end tokens/s (prefill included) is
-  in the JSON and CSV. Total Time: wall time of all measured generations of the method, prefill included.
+  all prompts (`decode_tokens_per_s`); the prefill is the same target work for every method. End-to-end
+  tokens/s (prefill included, `end_to_end_tokens_per_s`) is in the JSON and CSV. Total Time: wall time of all measured generations of the method, prefill included.
 - Forward Ratio: mean measured time of one drafter step over mean time of one target decode forward (from the
   timed forwards themselves, not from parameter counts), so it falls when FR-Spec shrinks the draft LM head.
 - Speedups: ratios of decoding throughputs measured side by side in the same run, against the vanilla row of
@@ -76,7 +76,7 @@ def format_value(key: str, value: Any) -> str:
         return f"{100 * value:.1f}%"
     if key in ("acceptance_length", "forward_ratio"):
         return f"{value:.2f}"
-    if key in ("tokens_per_s", "total_time_s"):
+    if key in ("decode_tokens_per_s", "total_time_s"):
         return f"{value:.2f}" if value < 100 else f"{value:.1f}"
     return str(value)
 

@@ -29,7 +29,7 @@ def measure_row_costs(model: torch.nn.Module, rows: Iterable[int] = range(1, 17)
     The cache is cut back to `context` after every forward, so each one sees the same state, as a decode step
     of the engine does.
     """
-    from frspec.spec.cache import enable_rollback, new_cache, truncate_cache
+    from frspec.decode.kv_cache import enable_rollback, new_cache, truncate_cache
 
     device = next(model.parameters()).device
     vocab = int(model.config.vocab_size)

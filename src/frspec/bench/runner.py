@@ -20,8 +20,7 @@ from tqdm.auto import tqdm
 from frspec.bench.methods import VANILLA, Method
 from frspec.models.eagle import EagleHead
 from frspec.models.quant import quantize_drafter_head
-from frspec.spec.eagle_drafter import EagleDrafter
-from frspec.spec.sampling import SamplingParams
+from frspec.decode.sampling import SamplingParams
 from frspec.vocab.token_map import TokenMap
 
 
@@ -33,7 +32,7 @@ class Generation:
     prompt_id: str
     prompt_tokens: int
     token_ids: list[int]
-    stats: Any  # frspec.spec.stats.GenerationStats
+    stats: Any  # frspec.decode.stats.GenerationStats
 
 
 @dataclass
@@ -92,7 +91,7 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
                       draft_head_quant: str | None = None):
     """One generator per method. Methods with the same drafter and map share one drafter (and so one pruned
     LM-head copy): they run one after another, and a drafter resets its state for every request."""
-    from frspec.spec.engine import build_generator
+    from frspec.decode.factory import build_generator
 
     drafters = {}  # (uses EAGLE, map size) -> drafter
     generators = {}
@@ -107,7 +106,7 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
         key = (m.uses_eagle, m.token_map_size)
         if key not in drafters:
             token_map = token_maps[m.token_map_size] if m.token_map_size is not None else None
-            # build_generator runs the vocabulary and tokenizer checks before the pruned head is built.
+            # build_generator runs the vocabulary and tokenizer checks before the DraftVocab copies any rows.
             drafters[key] = build_generator(
                 target, draft=None if m.uses_eagle else draft, eagle=eagle if m.uses_eagle else None,
                 token_map=token_map, num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer,
@@ -120,16 +119,8 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
 
 
 def _generate(generator, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams, device):
-    _use_drafters_map(generator.drafter)
     input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     return generator.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, sampling=sampling)
-
-
-def _use_drafters_map(drafter) -> None:
-    """EAGLE drafters with and without maps share one head: put this drafter's map on it before generating, so
-    that the copy of the map's LM-head rows is not timed (the drafter's reset would otherwise do it, timed)."""
-    if isinstance(drafter, EagleDrafter):
-        drafter.use_own_map()
 
 
 def run_benchmark(

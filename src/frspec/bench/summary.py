@@ -1,8 +1,9 @@
 """Turn a benchmark's generations into one table row per method: totals, speedups and greedy correctness.
 
 Rates and ratios come from totals over all prompts (`GenerationStats.aggregate`), so a long answer weighs in by
-its length; the per-prompt median speedups ride along for readers who prefer medians. Speedups are ratios of
-decoding throughputs measured side by side in the same process.
+its length; the per-prompt median speedups ride along for readers who prefer medians. Throughput is the stats
+record's `decode_tokens_per_s` (decode-step tokens per second after the prefill, the table's tok/s column) and
+speedups are ratios of it, measured side by side in the same process; `end_to_end_tokens_per_s` rides along.
 """
 
 from __future__ import annotations
@@ -12,29 +13,19 @@ from typing import Any
 
 from frspec.bench.methods import VANILLA, Method
 from frspec.bench.runner import BenchResult, Generation
-from frspec.spec.stats import GenerationStats
+from frspec.decode.stats import GenerationStats
 
 
 def _aggregate(generations: list[Generation]) -> GenerationStats:
     return GenerationStats.aggregate(g.stats for g in generations)
 
 
-def decode_tokens_per_s(stats: GenerationStats) -> float | None:
-    """Tokens emitted by decode steps per second of decoding (wall time after the prefill).
-
-    The prefill (prompt processing and the first token) is the same target work for every method, so leaving it
-    out compares what the methods change; end-to-end tokens/s including it is `stats.tokens_per_s`.
-    """
-    decode_time = stats.wall_time_s - stats.prefill_time_s
-    return stats.decode_tokens / decode_time if stats.decode_tokens and decode_time > 0 else None
-
-
 def _median_prompt_speedup(result: BenchResult, method: Method, baseline: Method) -> float | None:
     """Median over prompts of (method decoding throughput / baseline decoding throughput) on that same prompt."""
-    base = {g.prompt_id: decode_tokens_per_s(g.stats) for g in result.generations_of(baseline)}
+    base = {g.prompt_id: g.stats.decode_tokens_per_s for g in result.generations_of(baseline)}
     ratios = []
     for g in result.generations_of(method):
-        mine = decode_tokens_per_s(g.stats)
+        mine = g.stats.decode_tokens_per_s
         if mine and base.get(g.prompt_id):
             ratios.append(mine / base[g.prompt_id])
     return statistics.median(ratios) if ratios else None
@@ -60,7 +51,7 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
     for m in result.methods:
         gens = result.generations_of(m)
         agg = _aggregate(gens)
-        throughput[m] = decode_tokens_per_s(agg)
+        throughput[m] = agg.decode_tokens_per_s
         if m.kind == VANILLA:
             correctness = "reference"
         elif not result.greedy:
@@ -79,9 +70,9 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
                 "num_spec_tokens": m.num_spec_tokens,
                 "token_map_size": m.token_map_size,
                 "acceptance_length": agg.acceptance_length,
-                "tokens_per_s": throughput[m],
+                "decode_tokens_per_s": throughput[m],
                 "total_time_s": agg.wall_time_s,
-                "end_to_end_tokens_per_s": agg.tokens_per_s,
+                "end_to_end_tokens_per_s": agg.end_to_end_tokens_per_s,
                 "forward_ratio": agg.forward_ratio if speculative else None,
                 "lm_head_share": agg.lm_head_share if speculative else None,
                 "greedy_identical": correctness,

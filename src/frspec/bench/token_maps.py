@@ -33,7 +33,7 @@ def token_maps_dir(cache_dir: str | os.PathLike | None = None) -> Path:
 def sharegpt_counts(tokenizer: Any, vocab_size: int, cache_dir: str | os.PathLike | None = None,
                     progress: bool = True) -> tuple[Any, Path]:
     """Token counts of the ShareGPT slice for `tokenizer` over `vocab_size` ids, counted once and cached."""
-    from frspec.models.tokenizer import tokenizer_identity
+    from frspec.vocab.tokenizer_identity import tokenizer_identity
     from frspec.vocab.counting import count_corpus
     from frspec.vocab.counts import TokenCounts
 
@@ -59,6 +59,36 @@ def sharegpt_counts(tokenizer: Any, vocab_size: int, cache_dir: str | os.PathLik
         counts = count_corpus(tokenizer, [str(data)], assistant_only=True, vocab_size=vocab_size,
                               limit=SHAREGPT_CONVERSATIONS, progress=progress)
     counts.metadata["slice"] = SHAREGPT_SLICE
+    counts.save(path)
+    return counts, path
+
+
+def code_counts(tokenizer: Any, vocab_size: int, cache_dir: str | os.PathLike | None = None,
+                build_bytes: int | None = None) -> tuple[Any, Path]:
+    """Token counts of the code corpus's build slice (vocab/code_corpus.py: this interpreter's stdlib and
+    installed packages, held-out stdlib tenth excluded) for `tokenizer` over `vocab_size` ids, counted once per
+    environment and cached beside the ShareGPT counts."""
+    import hashlib
+
+    from frspec.vocab.tokenizer_identity import tokenizer_identity
+    from frspec.vocab.code_corpus import DEFAULT_BUILD_BYTES, code_slices, count_code, source_roots
+    from frspec.vocab.counts import TokenCounts
+
+    build_bytes = DEFAULT_BUILD_BYTES if build_bytes is None else int(build_bytes)
+    vocab_hash = tokenizer_identity(tokenizer)["vocab_hash"]
+    env = hashlib.sha1("|".join(f"{k}={v}" for k, v in sorted(source_roots().items())).encode()).hexdigest()[:12]
+    path = token_maps_dir(cache_dir) / f"code-{env}-{build_bytes >> 20}MB-{vocab_hash}-v{vocab_size}.counts.safetensors"
+    if path.is_file():
+        try:
+            counts = TokenCounts.load(path)
+            if counts.vocab_size == vocab_size:
+                return counts, path
+        except FrspecError:
+            pass  # a damaged cache file is recounted, never used
+    build, _ = code_slices(build_bytes=build_bytes)
+    print(f"frspec bench: counting token frequencies in {build_bytes >> 20} MB of Python sources "
+          "(once per environment)", file=sys.stderr, flush=True)
+    counts = count_code(tokenizer, build, vocab_size=vocab_size)
     counts.save(path)
     return counts, path
 
@@ -100,7 +130,7 @@ def resolve_token_maps(
     Explicit map files win (their sizes replace `sizes`); then maps selected from `counts_file`; otherwise the
     default ShareGPT maps. Every map is checked against the model's vocabulary and the tokenizer.
     """
-    from frspec.models.tokenizer import tokenizer_identity
+    from frspec.vocab.tokenizer_identity import tokenizer_identity
 
     identity = tokenizer_identity(tokenizer)
     if token_map_files:

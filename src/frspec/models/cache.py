@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from frspec.errors import FrspecError
-from frspec.models.tokenizer import cache_dir as default_cache_root
+from frspec.paths import cache_dir as default_cache_root
 
 MARKER = "frspec-cache.json"
 FORMAT = 1
@@ -93,7 +93,24 @@ def is_valid_entry(entry: str | os.PathLike, verify: bool = False) -> bool:
             return False
         if verify and sha256_file(path) != info.get("sha256"):
             return False
+        if name.endswith(".safetensors") and not _safetensors_header_ok(path):
+            return False
     return True
+
+
+def _safetensors_header_ok(path: Path) -> bool:
+    """A cheap check that catches damage which keeps the file's size: the header must parse and its tensors must
+    end exactly at the end of the file. (Flipped bytes inside tensor data need `verify`.)"""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if not 2 <= n <= (100 << 20):
+                return False
+            header = json.loads(f.read(n))
+        ends = [int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"]
+        return 8 + n + max(ends, default=0) == path.stat().st_size
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return False
 
 
 def gguf_storage_dtype(gguf_path: Path) -> torch.dtype:

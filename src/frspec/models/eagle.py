@@ -13,8 +13,10 @@ EAGLE-3 (`Eagle3Head`):
     target id of draft index i = i + d2t[i]
 
 Both heads expose the same interface to a drafter: `target_layer_ids`, `features_from_target`, `forward`,
-`draft_logits` and `draft_to_target`, and `restrict_to(token_map)` for FR-Spec (only the map's rows of the LM head
-are computed). Loading published checkpoints is in eagle_loading.py.
+`lm_head_input` and `lm_head` (what the LM head reads, and the head itself), `head_to_target` (the target id of
+each LM-head row: EAGLE-3's d2t composed, the identity for EAGLE-1/2) and `draft_vocab(token_map)`, which builds a
+drafter's own DraftVocab (FR-Spec: only the map's rows are scored). A head is never modified by drafting, so
+several drafters (with different maps) can share one. Loading published checkpoints is in eagle_loading.py.
 """
 
 from __future__ import annotations
@@ -33,14 +35,13 @@ from transformers.models.llama.modeling_llama import (
 )
 from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer, Qwen2RotaryEmbedding
 
-from frspec.errors import FrspecError
-from frspec.spec.pruned_head import PrunedLMHead
-from frspec.spec.tree import causal_mask
+from frspec.models.attention import causal_mask
+from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.token_map import TokenMap
 
 
 class EagleHead(nn.Module):
-    """What the two EAGLE heads share: rotary positions, the shared embedding, the draft-vocabulary bookkeeping."""
+    """What the two EAGLE heads share: rotary positions, the shared embedding, the LM head and its target ids."""
 
     version: int
 
@@ -51,17 +52,23 @@ class EagleHead(nn.Module):
         self.hidden_size = int(layer_config.hidden_size)
         self.embed_tokens = embed_tokens
         self.rotary_emb = rotary
-        # `lm_head` scores the full draft vocabulary, whose index i is target id full_draft_to_target[i]. With an
-        # FR-Spec map, `pruned_lm_head` holds just the map's rows and `draft_to_target` follows it.
+        # `lm_head` scores the head's whole draft vocabulary, whose row i is target id head_to_target[i].
         self.lm_head = lm_head
-        self.pruned_lm_head: PrunedLMHead | None = None
-        self.register_buffer("full_draft_to_target", draft_ids.to(torch.long), persistent=False)
-        self.register_buffer("draft_to_target", self.full_draft_to_target.clone(), persistent=False)
-        self.token_map: TokenMap | None = None
+        self.register_buffer("head_to_target", draft_ids.to(torch.long), persistent=False)
 
     @property
     def draft_vocab_size(self) -> int:
-        return int(self.draft_to_target.numel())
+        """Rows of the head's own LM head."""
+        return int(self.head_to_target.numel())
+
+    @property
+    def target_vocab_size(self) -> int:
+        return int(self.embed_tokens.num_embeddings)
+
+    def draft_vocab(self, token_map: TokenMap | None = None) -> DraftVocab:
+        """A new DraftVocab over this head's LM head, restricted to `token_map` when given (the head is untouched)."""
+        return DraftVocab.build(self.lm_head.weight, getattr(self.lm_head, "bias", None), token_map,
+                                head_to_target=self.head_to_target, vocab_size=self.target_vocab_size)
 
     def new_cache(self) -> DynamicCache:
         return DynamicCache()
@@ -74,9 +81,13 @@ class EagleHead(nn.Module):
         """The head's hidden input [B, T, H] from the target's `hidden_states` output (a tuple over layers)."""
         raise NotImplementedError
 
-    def draft_logits(self, features: torch.Tensor) -> torch.Tensor:
-        """Logits over the draft vocabulary (`draft_to_target` maps index -> target id) for features [..., H]."""
+    def lm_head_input(self, features: torch.Tensor) -> torch.Tensor:
+        """What the LM head reads for head features [..., H]."""
         raise NotImplementedError
+
+    def draft_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """Logits over the head's whole draft vocabulary (row i is target id `head_to_target[i]`)."""
+        return self.lm_head(self.lm_head_input(features))
 
     def _decode(self, embeds, hidden, position_embeddings, attention_mask, cache) -> torch.Tensor:
         raise NotImplementedError
@@ -99,32 +110,6 @@ class EagleHead(nn.Module):
             attention_mask = causal_mask(input_ids.shape[1], past, dtype=hidden.dtype, device=hidden.device)
         position_embeddings = self.rotary_emb(hidden, position_ids)
         return self._decode(embeds, hidden, position_embeddings, attention_mask.to(hidden.dtype), cache)
-
-    def restrict_to(self, token_map: TokenMap | None) -> None:
-        """FR-Spec on the head: draft only over the map's tokens (None: back to the full draft vocabulary).
-
-        The LM head is replaced by its rows for those tokens, so the head's LM-head cost falls to k/V.
-        """
-        if token_map is None:
-            self.pruned_lm_head, self.token_map = None, None
-            self.draft_to_target = self.full_draft_to_target.clone()
-            return
-        target_vocab = self.embed_tokens.num_embeddings
-        token_map.check_vocab_size(target_vocab, "the EAGLE head's target")
-        # Draft rows whose target id is in the map, in the map's (frequency) order.
-        row_of = torch.full((target_vocab,), -1, dtype=torch.long, device=self.full_draft_to_target.device)
-        row_of[self.full_draft_to_target] = torch.arange(self.full_draft_to_target.numel(), device=row_of.device)
-        rows = row_of[token_map.ids.to(row_of.device)]
-        rows = rows[rows >= 0]
-        if rows.numel() == 0:
-            raise FrspecError("the token map and the EAGLE head's draft vocabulary have no token in common")
-        weight = self.lm_head.weight
-        self.pruned_lm_head = PrunedLMHead(weight, rows.to(weight.device), getattr(self.lm_head, "bias", None))
-        self.draft_to_target = self.full_draft_to_target[rows]
-        self.token_map = token_map
-
-    def _active_lm_head(self) -> nn.Module:
-        return self.lm_head if self.pruned_lm_head is None else self.pruned_lm_head
 
 
 class Eagle2Head(EagleHead):
@@ -150,8 +135,8 @@ class Eagle2Head(EagleHead):
     def features_from_target(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
         return hidden_states[-1]
 
-    def draft_logits(self, features: torch.Tensor) -> torch.Tensor:
-        return self._active_lm_head()(features)
+    def lm_head_input(self, features: torch.Tensor) -> torch.Tensor:
+        return features  # the target's own LM head reads the features as they are
 
     def _decode(self, embeds, hidden, position_embeddings, attention_mask, cache):
         x = self.fc(torch.cat([embeds, hidden], dim=-1))
@@ -162,10 +147,14 @@ class Eagle2Head(EagleHead):
 
 
 class Eagle3DecoderLayer(nn.Module):
-    """EAGLE-3's layer: attention over [input_layernorm(embed), hidden_norm(hidden)] (2H wide), residual on hidden."""
+    """EAGLE-3's layer: attention over [input_layernorm(embed), hidden_norm(hidden)] (2H wide), residual on hidden.
 
-    def __init__(self, config: LlamaConfig):
+    `norm_before_residual` (a speculators / vLLM config flag): the residual is hidden_norm(hidden) instead of the
+    raw hidden state."""
+
+    def __init__(self, config: LlamaConfig, norm_before_residual: bool = False):
         super().__init__()
+        self.norm_before_residual = bool(norm_before_residual)
         h = config.hidden_size
         self.self_attn = LlamaAttention(config, layer_idx=0)
         bias = bool(getattr(config, "attention_bias", False))
@@ -178,10 +167,11 @@ class Eagle3DecoderLayer(nn.Module):
         self.post_attention_layernorm = LlamaRMSNorm(h, eps=config.rms_norm_eps)
 
     def forward(self, embeds, hidden, position_embeddings, attention_mask, cache):
-        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)
+        normed = self.hidden_norm(hidden)
+        x = torch.cat([self.input_layernorm(embeds), normed], dim=-1)
         attn, _ = self.self_attn(hidden_states=x, position_embeddings=position_embeddings,
                                  attention_mask=attention_mask, cache=cache)
-        hidden = hidden + attn
+        hidden = (normed if self.norm_before_residual else hidden) + attn
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
@@ -191,13 +181,14 @@ class Eagle3Head(EagleHead):
     version = 3
 
     def __init__(self, layer_config: LlamaConfig, embed_tokens: nn.Embedding, draft_vocab_size: int,
-                 target_hidden_size: int, target_vocab_size: int, aux_layer_ids: Sequence[int] | None = None):
+                 target_hidden_size: int, target_vocab_size: int, aux_layer_ids: Sequence[int] | None = None,
+                 norm_before_residual: bool = False):
         h = int(layer_config.hidden_size)
         lm_head = nn.Linear(h, draft_vocab_size, bias=False)
         super().__init__(layer_config, embed_tokens, LlamaRotaryEmbedding(config=layer_config), lm_head,
                          torch.arange(draft_vocab_size))
         self.fc = nn.Linear(3 * target_hidden_size, h, bias=False)
-        self.midlayer = Eagle3DecoderLayer(layer_config)
+        self.midlayer = Eagle3DecoderLayer(layer_config, norm_before_residual)
         self.norm = LlamaRMSNorm(h, eps=layer_config.rms_norm_eps)
         self.register_buffer("d2t", torch.zeros(draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.zeros(target_vocab_size, dtype=torch.bool))
@@ -212,8 +203,7 @@ class Eagle3Head(EagleHead):
             t2d[ids] = True
         self.d2t.copy_(d2t)
         self.t2d.copy_(t2d.to(torch.bool))
-        self.full_draft_to_target = ids
-        self.restrict_to(self.token_map)
+        self.head_to_target = ids
 
     def target_layer_ids(self, num_target_layers: int) -> list[int]:
         if self.aux_layer_ids is not None:
@@ -226,8 +216,8 @@ class Eagle3Head(EagleHead):
         picked = [hidden_states[i] for i in self.target_layer_ids(num_layers)]
         return self.fc(torch.cat(picked, dim=-1))
 
-    def draft_logits(self, features: torch.Tensor) -> torch.Tensor:
-        return self._active_lm_head()(self.norm(features))
+    def lm_head_input(self, features: torch.Tensor) -> torch.Tensor:
+        return self.norm(features)
 
     def _decode(self, embeds, hidden, position_embeddings, attention_mask, cache):
         return self.midlayer(embeds, hidden, position_embeddings, attention_mask, cache)

@@ -191,16 +191,32 @@ def _build_eagle3(config: dict, state: dict, target: PreTrainedModel, what: str)
     if t2d is not None and t2d.shape != (vocab,):
         raise FrspecError(f"EAGLE-3 head {what}: t2d has {t2d.numel()} entries, the target vocabulary {vocab}")
     num_target_layers = int(target.config.num_hidden_layers)
-    aux = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    aux = _eagle3_option(config, "eagle_aux_hidden_state_layer_ids")
     if aux is None and num_target_layers < 3:
         raise FrspecError(f"EAGLE-3 needs a target with at least 3 layers, this one has {num_target_layers}")
     if aux is not None and (len(aux) != 3 or not all(0 <= int(i) <= num_target_layers for i in aux)):
         raise FrspecError(f"EAGLE-3 head {what}: bad eagle_aux_hidden_state_layer_ids {aux}")
     layer_config = _layer_config(config, target, LlamaConfig, head_hidden, 1, state, "midlayer.")
     embed = _embedding(state, target, head_hidden, what)
-    head = Eagle3Head(layer_config, embed, draft_vocab, target_hidden, vocab, aux_layer_ids=aux)
+    norm_before_residual = _eagle3_option(config, "norm_before_residual")
+    if norm_before_residual not in (None, True, False):
+        raise FrspecError(
+            f"EAGLE-3 head {what}: norm_before_residual must be true or false, got {norm_before_residual!r}"
+        )
+    head = Eagle3Head(layer_config, embed, draft_vocab, target_hidden, vocab, aux_layer_ids=aux,
+                      norm_before_residual=bool(norm_before_residual))
     head.set_vocab_maps(d2t, None if t2d is None else t2d.to(torch.bool))
     return head
+
+
+def _eagle3_option(config: dict, key: str):
+    """An EAGLE-3 setting from the config's `eagle_config` (EAGLE's own layout) or its top level (speculators-format
+    heads put them there); the two must agree when both are given."""
+    nested = (config.get("eagle_config") or {}).get(key)
+    top = config.get(key)
+    if nested is not None and top is not None and nested != top:
+        raise FrspecError(f"EAGLE-3 config gives {key} twice with different values: {top} and {nested}")
+    return nested if nested is not None else top
 
 
 def _layer_config(config: dict, target, family, hidden: int, num_layers: int, state: dict, prefix: str):
@@ -266,7 +282,7 @@ def _need(state: dict, key: str, what: str) -> torch.Tensor:
 
 def _load_tensors(head: EagleHead, state: dict, what: str) -> None:
     # Shared target modules (the embedding; EAGLE-1/2's LM head) and the FR-Spec copy are not in a checkpoint.
-    shared = ("embed_tokens.", "pruned_lm_head.") + (("lm_head.",) if head.version == 2 else ())
+    shared = ("embed_tokens.",) + (("lm_head.",) if head.version == 2 else ())
     own = {k: v for k, v in head.state_dict().items() if not k.startswith(shared)}
     missing = sorted(set(own) - set(state) - {"d2t", "t2d"})  # validated and installed by _build_eagle3
     unexpected = sorted(set(state) - set(own))

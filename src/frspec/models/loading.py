@@ -13,9 +13,12 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 from frspec.errors import FrspecError
+from frspec.models.cache import gguf_entry
+from frspec.models.defaults import DEFAULT_MODELS, prepare_default_models
 
 DTYPES = {
     "bf16": torch.bfloat16,
@@ -69,8 +72,6 @@ def auto_dtype(config, device: torch.device) -> torch.dtype:
 
 
 def is_default_model_name(spec: str) -> bool:
-    from frspec.models.defaults import DEFAULT_MODELS
-
     return spec in DEFAULT_MODELS
 
 
@@ -83,13 +84,9 @@ def resolve_model_dir(spec: str | os.PathLike, cache_dir: str | os.PathLike | No
     """
     spec = str(spec)
     if is_default_model_name(spec):
-        from frspec.models.defaults import prepare_default_models
-
         return str(prepare_default_models(cache_dir=cache_dir, which=(spec,))[spec])
     path = Path(spec).expanduser()
     if path.suffix == ".gguf":
-        from frspec.models.cache import gguf_entry
-
         return str(gguf_entry(path, cache_dir))
     if path.exists():
         if not path.is_dir():
@@ -126,14 +123,7 @@ def load_model(
     quant = parse_quant(quant)
     dev = parse_device(device)
     source = resolve_model_dir(spec, cache_dir)
-    try:
-        config = AutoConfig.from_pretrained(source)
-        if torch_dtype is None:
-            torch_dtype = auto_dtype(config, dev)
-        model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, device_map=str(dev))
-    except (OSError, ValueError, KeyError) as e:
-        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise FrspecError(f"cannot load model {str(spec)!r}: {first_line}") from e
+    model = _from_pretrained(spec, source, torch_dtype, dev)
     model.eval()
     model.requires_grad_(False)
     if quant is not None:
@@ -143,12 +133,49 @@ def load_model(
     return model
 
 
+def _from_pretrained(spec, source: str, torch_dtype: torch.dtype | None, dev: torch.device) -> PreTrainedModel:
+    try:
+        config = AutoConfig.from_pretrained(source)
+        if torch_dtype is None:
+            torch_dtype = auto_dtype(config, dev)
+        return AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, device_map=str(dev))
+    except (OSError, ValueError, KeyError, SafetensorError) as e:
+        # SafetensorError: a truncated or garbage model.safetensors (header too large, incomplete metadata...)
+        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise FrspecError(f"cannot load model {str(spec)!r}: {first_line}") from e
+
+
 def vocab_size_of(model: PreTrainedModel) -> int:
     """Rows of the output embedding (what the LM head scores), falling back to config.vocab_size."""
     head = model.get_output_embeddings()
     if head is not None and getattr(head, "weight", None) is not None:
         return int(head.weight.shape[0])
     return int(model.config.vocab_size)
+
+
+def max_positions_of(model: PreTrainedModel) -> int | None:
+    """The longest sequence the model is configured for (`max_position_embeddings`), None if it names none."""
+    config = getattr(model, "config", None)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    n = getattr(config, "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def check_context_length(
+    model: PreTrainedModel, prompt_tokens: int, max_new_tokens: int, what: str = "the model"
+) -> None:
+    """Refuse a request whose prompt + max_new_tokens exceeds the model's positions, before anything is allocated.
+
+    Drafts never reach past the token budget (the engine drafts at most `remaining - 1` tokens deep), so draft
+    depth adds nothing: the deepest position any forward sees is prompt_tokens + max_new_tokens - 2.
+    """
+    limit = max_positions_of(model)
+    if limit is not None and prompt_tokens + max_new_tokens > limit:
+        raise FrspecError(
+            f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) = {prompt_tokens + max_new_tokens} "
+            f"exceeds {what}'s context of {limit} positions; lower --max-new-tokens to at most "
+            f"{max(limit - prompt_tokens, 0)}"
+        )
 
 
 def check_same_vocab(target: PreTrainedModel, draft: PreTrainedModel) -> int:

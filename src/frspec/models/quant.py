@@ -261,6 +261,11 @@ def quantize_head(head: nn.Module, quant: str | None, group_size: int = DEFAULT_
 def quantize_drafter_head(drafter, quant: str | None, group_size: int = DEFAULT_GROUP_SIZE) -> bool:
     """Quantize a draft-model drafter's LM head (full or FR-Spec pruned) after the drafter selected its rows;
     True when it did. Drafters without such a head (EAGLE heads, which stay float) are left alone."""
+    vocab = getattr(drafter, "vocab", None)  # a DraftVocab: quantize its head in place
+    if parse_quant(quant) is not None and isinstance(getattr(vocab, "head", None), nn.Linear) \
+            and not hasattr(vocab, "begin_request"):  # a context-aware vocabulary re-selects float rows per request
+        quantize_head(vocab, quant, group_size)
+        return True
     head = getattr(drafter, "head", None)
     if parse_quant(quant) is None or head is None:
         return False

@@ -1,4 +1,5 @@
-"""Loading tokenizers from every place our models come from, and naming them so maps and counts cannot be mixed.
+"""Loading tokenizers from every place our models come from (their identity, which keeps maps and counts from being
+mixed, is frspec/vocab/tokenizer_identity.py).
 
 `load_tokenizer(spec)` accepts:
   - a hub id or a local directory (anything `AutoTokenizer.from_pretrained` takes);
@@ -21,6 +22,8 @@ from typing import Any
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from frspec.errors import FrspecError
+from frspec.models import loading
+from frspec.paths import cache_dir
 
 # Llama-3's tiktoken layout (llama_models/llama3/tokenizer.py): the named special tokens come right after the BPE
 # ranks, then reserved ones fill up to 256.
@@ -52,11 +55,6 @@ LLAMA3_CHAT_TEMPLATE = (
 )
 
 
-def cache_dir() -> Path:
-    """The frspec cache root: $FRSPEC_CACHE, or ~/.cache/frspec."""
-    return Path(os.environ.get("FRSPEC_CACHE") or Path.home() / ".cache" / "frspec")
-
-
 def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
     """Load a tokenizer from a hub id, a local directory, a `.gguf` file, a Llama-3-style tiktoken `.model` file,
     or a default-model name (e.g. "qwen2.5-coder-1.5b-instruct", prepared on first use).
@@ -66,17 +64,18 @@ def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
     """
     spec = str(spec)
     path = Path(spec).expanduser()
-    from frspec.models.loading import is_default_model_name, resolve_model_dir
-
-    if is_default_model_name(spec):
+    if loading.is_default_model_name(spec):
         # Every prepared default model's cache directory holds its tokenizer.
-        path = Path(resolve_model_dir(spec))
+        path = Path(loading.resolve_model_dir(spec))
     if path.suffix == ".gguf" or path.suffix == ".model":
         if not path.is_file():
             raise FrspecError(f"tokenizer file not found: {spec}")
         convert = _convert_gguf if path.suffix == ".gguf" else _convert_tiktoken
         tok = _load_cached(path, convert)
     else:
+        # Hub ids are "name" or "org/name"; anything else that does not exist was meant as a local path.
+        if not path.exists() and (spec.startswith((".", "/", "~")) or spec.count("/") > 1):
+            raise FrspecError(f"tokenizer not found: {spec!r} is neither a directory, a .gguf/.model file nor a hub id")
         try:
             tok = AutoTokenizer.from_pretrained(str(path) if path.is_dir() else spec)
         except Exception as e:  # hub errors, missing files and parse errors all mean "cannot use this spec"
@@ -85,25 +84,6 @@ def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
             raise FrspecError(f"cannot load {where} {spec!r}: {first_line}") from e
     tok.name_or_path = spec
     return tok
-
-
-def tokenizer_identity(tok: PreTrainedTokenizerBase) -> dict[str, Any]:
-    """What a tokenizer is, for refusing to mix counts or maps of different tokenizers.
-
-    `vocab_size` counts every id including added and special tokens; `vocab_hash` is a short hash over all
-    (id, token) pairs, so two tokenizers with the same hash encode identically-numbered vocabularies.
-    """
-    vocab = tok.get_vocab()
-    size = max(len(tok), max(vocab.values()) + 1 if vocab else 0)
-    digest = hashlib.sha256()
-    for token, idx in sorted(vocab.items(), key=lambda kv: kv[1]):
-        digest.update(f"{idx}\t{token}\n".encode("utf-8", "surrogatepass"))
-    return {"name": str(tok.name_or_path), "vocab_size": int(size), "vocab_hash": digest.hexdigest()[:16]}
-
-
-def same_tokenizer(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two `tokenizer_identity` dicts describe the same vocabulary (names may differ)."""
-    return a.get("vocab_hash") == b.get("vocab_hash") and int(a.get("vocab_size", -1)) == int(b.get("vocab_size", -2))
 
 
 def _load_cached(path: Path, convert) -> PreTrainedTokenizerBase:

@@ -25,7 +25,7 @@ from frspec.errors import FrspecError
 from frspec.io import atomic_path
 from frspec.vocab.chat import ChatRenderer
 from frspec.vocab.corpus import Corpus, Document, Message
-from frspec.spec.stopping import default_eos_ids
+from frspec.decode.stopping import default_eos_ids
 from frspec.train.regenerate import first_exchange, generate_with_features
 from frspec.train.sequences import Sequence, document_sequence
 

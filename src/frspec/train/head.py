@@ -28,7 +28,7 @@ LAYER_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_ke
               "hidden_act", "rms_norm_eps", "rope_parameters", "rope_theta", "rope_scaling",
               "max_position_embeddings", "attention_dropout")
 # Tensors that belong to the target, not the head.
-SHARED_PREFIXES = ("embed_tokens.", "lm_head.", "pruned_lm_head.")
+SHARED_PREFIXES = ("embed_tokens.", "lm_head.")
 
 
 def head_layer_config(target: PreTrainedModel, intermediate_size: int | None = None) -> Qwen2Config | LlamaConfig:

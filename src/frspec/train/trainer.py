@@ -31,7 +31,7 @@ from transformers import DynamicCache
 from frspec.errors import FrspecError
 from frspec.io import atomic_path
 from frspec.models.eagle import Eagle2Head
-from frspec.spec.tree import additive_mask
+from frspec.models.attention import additive_mask
 from frspec.train.dataset import FeatureDataset, epoch_batches, loss_vocab_ids
 from frspec.train.head import trainable_state
 

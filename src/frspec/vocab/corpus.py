@@ -108,6 +108,8 @@ class Corpus:
     def __iter__(self) -> Iterator[Document]:
         if self.skip < 0 or (self.limit is not None and self.limit < 0):
             raise FrspecError("--skip and --limit must not be negative")
+        if self.limit == 0:
+            raise FrspecError("--limit 0 counts nothing: give a positive number of records, or leave it out")
         seen = 0
         for path in self.files:
             done_before = self.bytes_read

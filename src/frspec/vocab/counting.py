@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from frspec.errors import FrspecError
-from frspec.models.tokenizer import tokenizer_identity
+from frspec.vocab.tokenizer_identity import tokenizer_identity
 from frspec.vocab.chat import ChatRenderer
 from frspec.vocab.corpus import Corpus, Document
 from frspec.vocab.counts import TokenCounts
@@ -43,6 +43,8 @@ def count_tokens(
     `progress_bar` gets the running document and token totals; `on_batch()` is called after each batch.
     """
     identity = tokenizer_identity(tokenizer)
+    if vocab_size is not None and int(vocab_size) < 1:
+        raise FrspecError(f"--vocab-size must be a positive number of LM-head rows, got {vocab_size}")
     size = max(identity["vocab_size"], int(vocab_size or 0))
     counts = np.zeros(size, dtype=np.int64)
     renderer: ChatRenderer | None = None

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from frspec.errors import FrspecError
 from frspec.io import atomic_path
-from frspec.models.tokenizer import same_tokenizer
+from frspec.vocab.tokenizer_identity import same_tokenizer
 
 COUNTS_METADATA_KEY = "frspec_counts"
 COUNTS_FORMAT_VERSION = 1
@@ -121,6 +121,28 @@ def merge_counts(parts: list[TokenCounts]) -> TokenCounts:
             meta[flag] = "mixed"
     meta["merged_from"] = len(parts)
     return TokenCounts(total, meta)
+
+
+def mix_counts(parts: list[tuple[TokenCounts, float]], scale: int = 1 << 40) -> TokenCounts:
+    """Counts of a mixture of corpora: each part normalized to its share of the tokens, weighted, then added
+    (rounded to integers on a scale of `scale` tokens), so a small corpus weighs as much as its weight says, not
+    as its size. Same vocabulary and tokenizer checks as `merge_counts`; the weights are recorded."""
+    if not parts:
+        raise FrspecError("nothing to mix")
+    if any(w < 0 for _, w in parts) or sum(w for _, w in parts) <= 0:
+        raise FrspecError("mixture weights must be non-negative and not all zero")
+    merged = merge_counts([c for c, _ in parts])  # the checks, and the merged metadata
+    total_weight = sum(w for _, w in parts)
+    mixed = torch.zeros(merged.vocab_size, dtype=torch.float64)
+    for counts, weight in parts:
+        if counts.total <= 0:
+            raise FrspecError("cannot mix empty counts")
+        mixed += counts.counts.to(torch.float64) * (weight / total_weight / counts.total)
+    meta = dict(merged.metadata)
+    meta["mixture"] = [{"weight": w, "tokens": c.total, "source": c.metadata.get("source") or c.metadata.get("slice")}
+                       for c, w in parts]
+    meta.pop("merged_from", None)
+    return TokenCounts(torch.round(mixed * scale).to(torch.int64), meta)
 
 
 def _one_line(e: BaseException) -> str:

@@ -8,13 +8,13 @@ another (held-out counts), which is the honest number for a map used on unseen p
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import torch
 
 from frspec.errors import FrspecError
 from frspec.io import atomic_path
-from frspec.vocab.token_map import rank_by_count
+from frspec.vocab.token_map import TokenMap, rank_by_count
 
 # The map sizes the FR-Spec paper and our benchmarks compare.
 MARKED_SIZES = (8192, 16384, 32768, 65536)
@@ -46,8 +46,11 @@ def map_coverage(ids: torch.Tensor, counts: torch.Tensor) -> float:
 
 def table_sizes(vocab_size: int, extra: Sequence[int] = ()) -> list[int]:
     """Powers of two from 256 up to the vocabulary, the vocabulary itself, and any `extra` sizes."""
+    bad = [int(k) for k in extra if int(k) < 1]
+    if bad:
+        raise FrspecError(f"map sizes must be positive, got {bad[0]}")
     sizes = {1 << p for p in range(8, 40) if (1 << p) < vocab_size} | {vocab_size}
-    sizes |= {int(k) for k in extra if 0 < int(k) <= vocab_size}
+    sizes |= {int(k) for k in extra if int(k) <= vocab_size}
     return sorted(sizes)
 
 
@@ -98,3 +101,68 @@ def plot_coverage(
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)
+
+
+def context_coverage(
+    examples: Iterable[tuple[Sequence[int], Sequence[int]]],
+    token_map: TokenMap,
+    extra_rows: int,
+    budget: str = "fixed",
+    keep: Iterable[int] | None = None,
+    follow: bool = False,
+) -> dict[str, float]:
+    """Coverage of reference continuations by the static map and by the context-aware rows around it.
+
+    `examples` are (prompt ids, continuation ids) pairs, e.g. a chat-formatted question and its reference answer.
+    For each, the context-aware rows are the ones `ContextVocab` would hold for that prompt (the same selection,
+    `ContextSlots`); with `follow`, each continuation token is also added after it is measured, as a drafter that
+    adds the tokens generated so far would (teacher-forced on the reference). Under the fixed budget both count
+    the map's k rows; under the additive one `rows` says how many the context-aware rows used on average, and a
+    fair static comparison is a map of that size (`map_coverage` of a larger map).
+
+    Returns token-weighted shares: `static`, `context`, and `examples`, `tokens`, `rows` (mean rows scored per
+    continuation token), `context_rows` (of which hold request tokens), `dropped` (mean request tokens per
+    example that found no row).
+    """
+    from frspec.vocab.context_vocab import ContextSlots
+
+    if keep is None:
+        keep = token_map.metadata.get("kept_tokens", {}).values()
+    slots = ContextSlots(token_map.ids, token_map.vocab_size, extra_rows, budget, keep=keep)
+    in_map = torch.zeros(token_map.vocab_size, dtype=torch.bool)
+    in_map[token_map.ids] = True
+    n_examples = tokens = static_hits = context_hits = rows = context_rows = dropped = 0
+    for prompt, continuation in examples:
+        cont = torch.as_tensor(continuation, dtype=torch.long).flatten()
+        if cont.numel() == 0:
+            continue
+        if int(cont.min()) < 0 or int(cont.max()) >= token_map.vocab_size:
+            raise FrspecError(f"continuation ids must lie in [0, {token_map.vocab_size})")
+        slots.begin(prompt)
+        n_examples += 1
+        tokens += cont.numel()
+        static_hits += int(in_map[cont].sum())
+        if not follow:
+            context_hits += int(slots.active[cont].sum())
+            rows += slots.n_active * cont.numel()
+            context_rows += slots.n_context * cont.numel()
+        else:
+            for t in cont.tolist():
+                rows += slots.n_active
+                context_rows += slots.n_context
+                if slots.active[t]:
+                    context_hits += 1
+                else:
+                    slots.add([t])
+        dropped += slots.dropped
+    if tokens == 0:
+        raise FrspecError("no continuation tokens to measure coverage on")
+    return {
+        "examples": n_examples,
+        "tokens": tokens,
+        "static": static_hits / tokens,
+        "context": context_hits / tokens,
+        "rows": rows / tokens,
+        "context_rows": context_rows / tokens,
+        "dropped": dropped / n_examples,
+    }

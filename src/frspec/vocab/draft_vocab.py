@@ -75,7 +75,7 @@ class DraftVocab(nn.Module):
         `head_to_target` [rows] is the target id of each head row, for heads with their own vocabulary (EAGLE-3:
         i + d2t[i]); None means row i is target id i. `vocab_size` is the target vocabulary size (default: the
         map's, else the number of rows). With both a map and `head_to_target`, the kept rows are the head rows whose
-        target ids are in the map, in map order (their intersection).
+        target ids are in the map, in map order (their intersection). An identity `head_to_target` is no map.
         """
         n_rows = int(weight.shape[0])
         if head_to_target is not None:
@@ -87,22 +87,13 @@ class DraftVocab(nn.Module):
         vocab_size = int(vocab_size)
         if head_to_target is not None:
             _check_ids(head_to_target, vocab_size, "the head's target ids")
+            if n_rows == vocab_size and torch.equal(head_to_target, torch.arange(n_rows, device=head_to_target.device)):
+                head_to_target = None  # row i is target id i: no map to apply (EAGLE-1/2 heads, full EAGLE-3 ones)
         elif n_rows != vocab_size:
             raise FrspecError(f"the LM head has {n_rows} rows but the target vocabulary has {vocab_size} ids")
         if token_map is None:
             return cls(weight, vocab_size, target_ids=head_to_target, bias=bias)
-        token_map.check_vocab_size(vocab_size, "the target")
-        map_ids = token_map.ids.to(weight.device)
-        if head_to_target is None:
-            rows = map_ids
-        else:
-            row_of = torch.full((vocab_size,), -1, dtype=torch.long, device=weight.device)
-            row_of[head_to_target.to(weight.device)] = torch.arange(n_rows, device=weight.device)
-            rows = row_of[map_ids]
-            rows = rows[rows >= 0]
-            if rows.numel() == 0:
-                raise FrspecError("the token map and the head's draft vocabulary have no token in common")
-        target_ids = rows if head_to_target is None else head_to_target.to(weight.device)[rows]
+        rows, target_ids = kept_rows(token_map, n_rows, vocab_size, head_to_target, device=weight.device)
         return cls(weight, vocab_size, rows=rows, target_ids=target_ids, bias=bias, token_map=token_map)
 
     @property
@@ -136,6 +127,34 @@ class DraftVocab(nn.Module):
     def extra_repr(self) -> str:
         mapped = f", map k={self.token_map.k}" if self.token_map is not None else ""
         return f"rows={self.size}, vocab_size={self.vocab_size}{mapped}"
+
+
+def kept_rows(
+    token_map: TokenMap,
+    n_rows: int,
+    vocab_size: int,
+    head_to_target: torch.Tensor | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which rows of an `n_rows`-row head a map keeps, and their target ids: (rows, target_ids), in map order.
+
+    The selection behind `DraftVocab.build`, without a weight: an engine that holds only a slice of the head (a
+    tensor-parallel rank holding a vocabulary shard) selects the global rows here and keeps those in its slice.
+    """
+    token_map.check_vocab_size(vocab_size, "the target")
+    map_ids = token_map.ids.to(device)
+    if head_to_target is None:
+        if n_rows != vocab_size:
+            raise FrspecError(f"the LM head has {n_rows} rows but the target vocabulary has {vocab_size} ids")
+        return map_ids, map_ids
+    head_to_target = head_to_target.to(device=device, dtype=torch.long)
+    row_of = torch.full((vocab_size,), -1, dtype=torch.long, device=device)
+    row_of[head_to_target] = torch.arange(n_rows, device=device)
+    rows = row_of[map_ids]
+    rows = rows[rows >= 0]
+    if rows.numel() == 0:
+        raise FrspecError("the token map and the head's draft vocabulary have no token in common")
+    return rows, head_to_target[rows]
 
 
 def _check_ids(ids: torch.Tensor, vocab_size: int, what: str) -> None:

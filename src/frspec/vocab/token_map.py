@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
 from frspec.errors import FrspecError
-
-if TYPE_CHECKING:
-    from frspec.vocab.counts import TokenCounts
+from frspec.vocab import formats
+from frspec.vocab.counts import TokenCounts
 
 
 class TokenMap:
@@ -76,8 +75,10 @@ class TokenMap:
     def check_vocab_size(self, vocab_size: int, what: str = "the model") -> None:
         """Refuse a map built for another vocabulary, with a message that names both sizes."""
         if int(vocab_size) != self.vocab_size:
+            source = f" {self.metadata['path']}" if self.metadata.get("path") else ""
             raise FrspecError(
-                f"token map was built for a vocabulary of {self.vocab_size} ids but {what} has {int(vocab_size)}"
+                f"token map{source} was built for a vocabulary of {self.vocab_size} ids but {what} has "
+                f"{int(vocab_size)}"
             )
 
     def check_tokenizer(self, identity: Mapping[str, Any], vocab_size: int | None = None) -> None:
@@ -118,16 +119,19 @@ class TokenMap:
         format, which does not record it (without it, max id + 1 is assumed and `metadata["vocab_size_known"]` is
         False). `threshold` applies to vllm-scores files: ids scoring above it are kept.
         """
-        from frspec.vocab.formats import load_token_map
-
-        return load_token_map(path, format=format, vocab_size=vocab_size, threshold=threshold)
+        parts = formats.read_token_map(path, format=format, vocab_size=vocab_size, threshold=threshold)
+        try:
+            token_map = cls(**parts)
+        except FrspecError as e:  # name the file and the format it was read as
+            raise FrspecError(f"{path} (read as a {parts['metadata']['format']} token map): {e}") from e
+        if vocab_size is not None:
+            token_map.check_vocab_size(vocab_size, "the model")
+        return token_map
 
     def save(self, path: str | Path, format: str | None = None) -> str:
         """Write atomically; the format defaults from the extension (.pt/.pth -> thunlp, else frspec).
         Returns the format written."""
-        from frspec.vocab.formats import save_token_map
-
-        return save_token_map(self, path, format=format)
+        return formats.write_token_map(self, path, format=format)
 
     # -- selection ---------------------------------------------------------------------------------------------
 
@@ -148,8 +152,6 @@ class TokenMap:
         tokens recorded when counting) and `keep` ({token: id} or ids). Ids come out by descending count, ties by
         id. The metadata records the selection, the coverage on these counts, and how many ids were forced in.
         """
-        from frspec.vocab.counts import TokenCounts
-
         source = counts if isinstance(counts, TokenCounts) else TokenCounts(counts)
         named = dict(source.keep_tokens)
         if isinstance(keep, Mapping):

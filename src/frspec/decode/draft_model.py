@@ -1,0 +1,139 @@
+"""DraftModelDrafter: an independent small causal LM drafting chains (token by token) or trees (with tree masks)."""
+
+from __future__ import annotations
+
+import torch
+
+from frspec.decode.drafter import Drafter, check_token_map
+from frspec.decode.kv_cache import cache_length, enable_rollback, new_cache, truncate_cache
+from frspec.decode.sampling import SamplingParams, logits_to_probs, sample
+from frspec.decode.timing import now
+from frspec.decode.token_tree import TokenTree, check_tree_support, expansion_inputs
+from frspec.decode.tree_growth import grow_tree
+from frspec.decode.tree_shape import TreeShape
+from frspec.errors import FrspecError
+from frspec.models.loading import vocab_size_of
+from frspec.vocab.context_vocab import ContextVocab
+from frspec.vocab.draft_vocab import DraftVocab
+from frspec.vocab.token_map import TokenMap
+
+
+def _check_plain_logits(model: torch.nn.Module) -> None:
+    # The drafter computes logits as head(base(x)); models that scale or soft-cap logits after the head would draft
+    # from a different distribution than they define.
+    config = model.config
+    for attr in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
+        if getattr(config, attr, None) not in (None, 1, 1.0):
+            raise FrspecError(f"draft models with {attr} are not supported (logits are not head(hidden))")
+    if model.base_model is model:
+        raise FrspecError(f"{type(model).__name__} does not expose a base model to run without its LM head")
+
+
+class DraftModelDrafter(Drafter):
+    """An independent draft causal LM, optionally restricted to a token map (FR-Spec).
+
+    The drafter runs the model's base (no head), then its DraftVocab's head on the positions it drafts from; with a
+    token map only the map's k rows are ever multiplied. The model itself is not modified.
+    """
+
+    def __init__(self, model: torch.nn.Module, token_map: TokenMap | None = None, context_rows: int = 0,
+                 context_budget: str = "fixed"):
+        """`context_rows` > 0 makes the vocabulary context-aware (vocab/context_vocab.py): besides the map's
+        rows, up to that many rows for the request's prompt and generated tokens, within the map's k rows
+        (`context_budget="fixed"`) or added to them ("additive")."""
+        super().__init__()
+        _check_plain_logits(model)
+        full_head = model.get_output_embeddings()
+        if getattr(full_head, "weight", None) is None:
+            raise FrspecError(f"{type(model).__name__} has no linear LM head to draft with")
+        self.model = model
+        self.base = model.base_model
+        self.device = next(model.parameters()).device
+        vocab_size = vocab_size_of(model)
+        if token_map is not None:
+            check_token_map(token_map, vocab_size, "the draft model")
+        if context_rows:
+            self.vocab = ContextVocab.build(full_head.weight, getattr(full_head, "bias", None), token_map,
+                                            vocab_size=vocab_size, extra_rows=context_rows, budget=context_budget)
+        else:
+            self.vocab = DraftVocab.build(full_head.weight, getattr(full_head, "bias", None), token_map,
+                                          vocab_size=vocab_size)
+        self.cache = new_cache(model)
+
+    def check_shape(self, shape: TreeShape) -> None:
+        if shape.kind != "chain":
+            check_tree_support(self.model, "the draft model")
+
+    def reset(self) -> None:
+        super().reset()
+        self.cache = new_cache(self.model)
+
+    def prefill(self, context: torch.Tensor) -> None:
+        if isinstance(self.vocab, ContextVocab):
+            self.vocab.begin_request(context)
+        self.base(input_ids=context.to(self.device), cache=self.cache, use_cache=True)
+        enable_rollback(self.cache)
+
+    def propose(
+        self, context: torch.Tensor, shape: TreeShape, sampling: SamplingParams, generator: torch.Generator | None
+    ) -> TokenTree:
+        start = now(self.device)
+        inputs = context[:, cache_length(self.cache) :].to(self.device)
+        if inputs.shape[1] == 0:
+            raise ValueError("propose() needs at least one token the drafter has not processed")
+        if isinstance(self.vocab, ContextVocab):
+            self.vocab.add_tokens(inputs)  # the tokens accepted since the last proposal, and the root
+        root = int(context[0, -1])
+        if shape.kind == "chain":
+            tree = self._chain(root, inputs, shape.depth, sampling, generator)
+        else:
+            tree = self._tree(root, inputs, context.shape[1], shape, sampling, generator)
+        self.time_s += now(self.device) - start
+        return tree
+
+    def _chain(self, root: int, inputs, depth: int, sampling, generator) -> TokenTree:
+        """Draft `depth` tokens one after another with the model's own causal mask (no tree mask needed)."""
+        indices, probs = [], []
+        for _ in range(depth):
+            hidden = self.base(input_ids=inputs, cache=self.cache, use_cache=True).last_hidden_state[:, -1]
+            head_start = now(self.device)
+            logits = self.vocab.logits(hidden)  # [1, k]
+            if sampling.is_greedy:
+                idx = logits.argmax(-1)
+            else:
+                q = logits_to_probs(logits, sampling)
+                idx = sample(q, generator)
+                probs.append(q[0])
+            self.lm_head_time_s += now(self.device) - head_start
+            indices.append(idx)
+            inputs = self.vocab.to_target(idx).view(1, 1)
+        # The last drafted token is not fed to the model: it is only needed if all drafts are accepted, and then
+        # the next propose() feeds it together with the target's bonus token.
+        self.steps += depth
+        tree = TokenTree.chain(root, self.vocab.to_target(torch.cat(indices)).tolist())
+        for node, q in enumerate(probs):
+            tree.child_probs[node] = self.vocab.to_full(q)
+        return tree
+
+    def _tree(self, root: int, inputs, n: int, shape: TreeShape, sampling, generator) -> TokenTree:
+        """Draft a branching tree: each level of new nodes in one forward under a tree mask."""
+        # Catch up to the root (the pending token); the tree's nodes then follow in the cache.
+        root_hidden = self.base(input_ids=inputs, cache=self.cache, use_cache=True).last_hidden_state[0, -1:]
+        self.steps += 1
+        cached: list[int] = []
+
+        def expand(tree: TokenTree, nodes: list[int]) -> torch.Tensor:
+            ids, pos, mask = expansion_inputs(tree, nodes, cached, n, dtype=root_hidden.dtype, device=self.device)
+            hidden = self.base(input_ids=ids, position_ids=pos, attention_mask=mask, cache=self.cache, use_cache=True)
+            cached.extend(nodes)
+            self.steps += 1
+            return self._logits(hidden.last_hidden_state[0])
+
+        tree = grow_tree(root, self._logits(root_hidden)[0], shape, expand, sampling, generator, vocab=self.vocab)
+        # Forget the tree: rejected nodes must go, and accepted ones are cheaper to re-run with the next tokens
+        # than to pick out of the cache.
+        truncate_cache(self.cache, n)
+        return tree
+
+    def rollback(self, length: int) -> None:
+        truncate_cache(self.cache, length)

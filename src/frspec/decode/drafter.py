@@ -1,0 +1,96 @@
+"""The drafter interface: what proposes tokens for the target to verify.
+
+A drafter sees the accepted context and proposes a token tree (a chain is a tree of width 1); the engine verifies
+it and then tells the drafter how much of the context survived (`rollback`). The drafter never decides acceptance
+and never sees the target's logits. Life cycle per request: reset -> prefill -> (propose -> rollback)*.
+
+Each drafter owns its DraftVocab (frspec/vocab/draft_vocab.py): the target ids it can propose and its LM head
+restricted to them (FR-Spec). Nothing a drafter does modifies the model or head it drafts with, so generators may
+share one. Drafters that read the target's hidden states (EAGLE, eagle_drafter.py) name them in
+`target_hidden_layers` and receive them through `observe_target`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from frspec.decode.sampling import SamplingParams
+from frspec.decode.timing import now
+from frspec.decode.token_tree import TokenTree
+from frspec.decode.tree_shape import TreeShape
+from frspec.vocab.tokenizer_identity import tokenizer_identity
+from frspec.vocab.draft_vocab import DraftVocab
+from frspec.vocab.token_map import TokenMap
+
+
+class Drafter:
+    """The interface between the engine and anything that drafts.
+
+    `propose(context, shape, ...)` gets the full accepted sequence [1, length] (prompt and generated tokens, ending
+    with the token the target has not processed yet, the tree's root); a drafter feeds itself whatever suffix its
+    own cache lacks. Subclasses keep the counters up to date: `time_s` (time spent in `propose`), `lm_head_time_s`
+    (the vocabulary-sized part of it) and `steps` (drafter forwards in `propose`).
+    """
+
+    vocab: DraftVocab  # what it can propose: its (possibly FR-Spec restricted) LM head and draft index -> target id
+    # Indices into the target's `hidden_states` output that the drafter reads (None: it reads none). The engine
+    # then asks the target for them in every forward and hands them over through `observe_target`.
+    target_hidden_layers: list[int] | None = None
+    device: torch.device  # where proposals are computed; must be the target's device
+
+    def __init__(self) -> None:
+        self.time_s = 0.0
+        self.lm_head_time_s = 0.0
+        self.steps = 0
+
+    @property
+    def vocab_size(self) -> int:
+        """The target vocabulary the proposed ids belong to; must equal the target's."""
+        return self.vocab.vocab_size
+
+    @property
+    def token_map(self) -> TokenMap | None:
+        """The FR-Spec map restricting this drafter's LM head (None: its full vocabulary)."""
+        return self.vocab.token_map
+
+    def check_shape(self, shape: TreeShape) -> None:
+        """Refuse a shape this drafter cannot draft (before any work), e.g. a tree for a model without tree masks."""
+
+    def reset(self) -> None:
+        """Forget any previous request: empty caches, zero counters."""
+        self.time_s = 0.0
+        self.lm_head_time_s = 0.0
+        self.steps = 0
+
+    def prefill(self, context: torch.Tensor) -> None:
+        """Process the prompt [1, L] before the first proposal (timed by the engine as prefill, not drafting)."""
+        raise NotImplementedError
+
+    def propose(
+        self, context: torch.Tensor, shape: TreeShape, sampling: SamplingParams, generator: torch.Generator | None
+    ) -> TokenTree:
+        """Propose a token tree of `shape` whose root is the pending token context[0, -1] (see token_tree.py)."""
+        raise NotImplementedError
+
+    def observe_target(self, hidden_states, rows: torch.Tensor | None = None) -> None:
+        """Receive the target's hidden states (its `hidden_states` output) at `rows` of its last forward (default
+        all), for the positions that follow those already observed. Only called if `target_hidden_layers` is set."""
+
+    def rollback(self, length: int) -> None:
+        """Keep only state for the first `length` tokens of the context (the rest was rejected or is new)."""
+        raise NotImplementedError
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The draft LM head over this drafter's vocabulary, timed as LM-head time."""
+        start = now(self.device)
+        logits = self.vocab.logits(hidden)
+        self.lm_head_time_s += now(self.device) - start
+        return logits
+
+
+def check_token_map(token_map: TokenMap, vocab_size: int, what: str, tokenizer=None) -> None:
+    """Refuse a map built for another vocabulary: its size must be the model's (LM-head rows) and, given the
+    tokenizer, the map must have been made with it (`TokenMap.check_tokenizer`)."""
+    token_map.check_vocab_size(vocab_size, what)
+    if tokenizer is not None:
+        token_map.check_tokenizer(tokenizer_identity(tokenizer), vocab_size)

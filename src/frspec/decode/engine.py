@@ -1,0 +1,228 @@
+"""The decoding loop: prefill, then decode steps until EOS, a stop string or max_new_tokens.
+
+Everything a step does (propose, one target forward, verify, cache surgery, rollback) is in step.py; this file only
+runs steps for one request at a time, cuts their tokens at EOS and stop strings, records stats, and streams text.
+Vanilla decoding runs the same loop and the same step with a root-only tree, so timings compare fairly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generator, Iterable, Iterator, Sequence
+
+import torch
+
+from frspec.decode.drafter import Drafter
+from frspec.decode.eagle_drafter import EagleDrafter
+from frspec.decode.request import Request, prepare_request
+from frspec.decode.sampling import SamplingParams
+from frspec.decode.stats import GenerationStats
+from frspec.decode.step import DecodeState, StepResult, decode_step, prefill, start_state
+from frspec.decode.timing import now
+from frspec.decode.token_tree import check_tree_support
+from frspec.decode.tree_shape import TreeShape, check_num_spec_tokens
+from frspec.errors import FrspecError
+from frspec.models.loading import check_context_length, vocab_size_of
+
+
+@dataclass
+class GenerationOutput:
+    """Generated ids (prompt excluded; a final EOS included), their text (None without a tokenizer; special tokens
+    and a matched stop string left out), stats, and why generation ended: "eos", "stop_string" or "length"."""
+
+    token_ids: list[int]
+    text: str | None
+    stats: GenerationStats
+    finish_reason: str = "length"
+
+
+class GenerationStream:
+    """Iterate to receive text pieces as tokens are accepted; afterwards `output` holds the GenerationOutput."""
+
+    def __init__(self, run: Generator[str, None, GenerationOutput]):
+        self._run = run
+        self.output: GenerationOutput | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        self.output = yield from self._run
+
+
+class SpeculativeGenerator:
+    """Lossless generation from `target`, sped up by `drafter` (None: vanilla decoding through the same loop).
+
+    Greedy output is token-for-token the target's greedy output; sampled output follows the target's distribution
+    exactly (speculative sampling). One request at a time (batch size 1). The drafter drafts `tree` (a TreeShape:
+    chain, static or dynamic), by default a chain of num_spec_tokens.
+    """
+
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        drafter: Drafter | None = None,
+        tokenizer=None,
+        num_spec_tokens: int = 4,
+        tree: TreeShape | None = None,
+    ):
+        check_num_spec_tokens(num_spec_tokens)
+        self.target = target
+        self.drafter = drafter
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size_of(target)
+        self.device = next(target.parameters()).device
+        self.hidden_layers = drafter.target_hidden_layers if drafter is not None else None
+        if drafter is None:
+            if tree is not None:
+                raise FrspecError("a token tree is drafted by a drafter: give a draft model or an EAGLE head")
+            self.shape = None
+        else:
+            self.shape = tree if tree is not None else TreeShape.chain(num_spec_tokens)
+            if drafter.vocab_size != self.vocab_size:
+                raise FrspecError(
+                    f"target and draft vocabularies differ: the target has {self.vocab_size} ids, "
+                    f"the drafter {drafter.vocab_size}"
+                )
+            drafter_device = torch.device(getattr(drafter, "device", self.device))
+            if drafter_device.type != self.device.type or (drafter_device.index or 0) != (self.device.index or 0):
+                raise FrspecError(f"target is on {self.device} but the drafter is on {drafter_device}")
+            if self.shape.kind != "chain":
+                check_tree_support(target, "the target")
+            drafter.check_shape(self.shape)
+
+    @property
+    def method(self) -> str:
+        """"vanilla", "draft" or "fr-spec" (a drafter with a token map); "eagle" or "eagle+fr-spec" for EAGLE."""
+        if self.drafter is None:
+            return "vanilla"
+        mapped = self.drafter.token_map is not None
+        if isinstance(self.drafter, EagleDrafter):
+            return "eagle+fr-spec" if mapped else "eagle"
+        return "fr-spec" if mapped else "draft"
+
+    def generate(
+        self,
+        prompt: str | None = None,
+        input_ids: Sequence[int] | torch.Tensor | None = None,
+        max_new_tokens: int = 128,
+        sampling: SamplingParams = SamplingParams(),
+        stop_strings: Sequence[str] = (),
+        eos_token_ids: Iterable[int] | None = None,
+        apply_chat_template: bool = False,
+    ) -> GenerationOutput:
+        """Generate a continuation of `prompt` (text, needs the tokenizer) or `input_ids`.
+
+        eos_token_ids=None stops at every EOS the model and tokenizer define (see `default_eos_ids`); pass [] to
+        never stop early. `apply_chat_template` wraps `prompt` as one user turn of the tokenizer's chat template.
+        """
+        request = self._prepare(prompt, input_ids, max_new_tokens, sampling, stop_strings, eos_token_ids,
+                                apply_chat_template)
+        run = self._run(request, stream=False)
+        while True:
+            try:
+                next(run)
+            except StopIteration as done:
+                return done.value
+
+    def stream(
+        self,
+        prompt: str | None = None,
+        input_ids: Sequence[int] | torch.Tensor | None = None,
+        max_new_tokens: int = 128,
+        sampling: SamplingParams = SamplingParams(),
+        stop_strings: Sequence[str] = (),
+        eos_token_ids: Iterable[int] | None = None,
+        apply_chat_template: bool = False,
+    ) -> GenerationStream:
+        """Like `generate`, but iterate the result for text pieces; its `.output` is set once iteration ends."""
+        if self.tokenizer is None:
+            raise FrspecError("streaming text needs a tokenizer")
+        request = self._prepare(prompt, input_ids, max_new_tokens, sampling, stop_strings, eos_token_ids,
+                                apply_chat_template)
+        return GenerationStream(self._run(request, stream=True))
+
+    # -- one request --------------------------------------------------------------------------------------------
+
+    def _prepare(self, prompt, input_ids, max_new_tokens, sampling, stop_strings, eos_token_ids,
+                 apply_chat_template) -> Request:
+        request = prepare_request(self.target, self.tokenizer, self.vocab_size, prompt, input_ids, max_new_tokens,
+                                  sampling, stop_strings, eos_token_ids, apply_chat_template)
+        # Before anything is allocated: a request beyond the model's positions is an error, not garbage or an OOM.
+        check_context_length(self.target, len(request.prompt_ids), request.max_new_tokens, "the target")
+        draft_model = getattr(self.drafter, "model", None)
+        if draft_model is not None:
+            check_context_length(draft_model, len(request.prompt_ids), request.max_new_tokens, "the draft model")
+        return request
+
+    def _run(self, request: Request, stream: bool) -> Generator[str, None, GenerationOutput]:
+        stats = self._new_stats(len(request.prompt_ids))
+        tracker = request.tracker
+        generated: list[int] = []
+        finish = "length"
+        paused = 0.0  # time the consumer of a stream spends between pieces is not generation time
+        start = now(self.device)
+        if request.max_new_tokens > 0:
+            state = self._start(request.prompt_ids, request.max_new_tokens, request.sampling)
+            new, step = [self._prefill(state, stats)], None
+            while True:
+                kept = len(new)
+                eos_at = next((j for j, token in enumerate(new) if token in request.eos_ids), None)
+                if eos_at is not None:
+                    kept, finish = eos_at + 1, "eos"
+                if tracker is not None:
+                    kept_text = tracker.add(new[:kept])
+                    if tracker.stopped:
+                        kept, finish = kept_text, "stop_string"
+                if step is not None:
+                    # Drafts cut by an EOS or a stop string were accepted but never emitted: they do not count.
+                    stats.record_step(step.drafted_depth, min(step.accepted, kept), step.draft_tokens,
+                                      step.target_time_s)
+                generated.extend(new[:kept])
+                if stream:
+                    piece = tracker.take_piece()
+                    if piece:
+                        t = now()
+                        yield piece
+                        paused += now() - t
+                if finish != "length" or len(generated) >= request.max_new_tokens:
+                    break
+                step = self._step(state, request.max_new_tokens - len(generated))
+                new = step.tokens
+            if self.drafter is not None:
+                stats.draft_time_s = self.drafter.time_s
+                stats.draft_lm_head_time_s = self.drafter.lm_head_time_s
+                stats.draft_steps = self.drafter.steps
+        stats.wall_time_s = now(self.device) - start - paused
+        stats.tokens = len(generated)
+        stats.decode_tokens = max(len(generated) - 1, 0)
+        if stream:
+            piece = tracker.take_piece(final=True)
+            if piece:
+                yield piece
+        text = tracker.text if tracker is not None else None
+        return GenerationOutput(token_ids=generated, text=text, stats=stats, finish_reason=finish)
+
+    def _new_stats(self, prompt_tokens: int) -> GenerationStats:
+        k = 0 if self.shape is None else self.shape.depth
+        return GenerationStats(
+            prompt_tokens=prompt_tokens,
+            num_spec_tokens=k,
+            accepted_per_position=[0] * k,
+            proposed_per_position=[0] * k,
+            tree=str(self.shape) if self.shape is not None else "",
+        )
+
+    def _start(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams) -> DecodeState:
+        if self.drafter is not None:
+            self.drafter.reset()
+        return start_state(self.target, prompt_ids, max_new_tokens, sampling)
+
+    @torch.inference_mode()
+    def _prefill(self, state: DecodeState, stats: GenerationStats | None = None) -> int:
+        start = now(self.device)
+        first = prefill(self.target, self.drafter, state, self.hidden_layers)
+        if stats is not None:
+            stats.prefill_time_s = now(self.device) - start
+        return first
+
+    @torch.inference_mode()
+    def _step(self, state: DecodeState, remaining: int) -> StepResult:
+        return decode_step(self.target, self.drafter, state, self.shape, self.hidden_layers, remaining)

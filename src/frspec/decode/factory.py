@@ -1,0 +1,58 @@
+"""build_generator: a SpeculativeGenerator for the usual methods, with every check before any weight is copied."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from frspec.decode.draft_model import DraftModelDrafter
+from frspec.decode.drafter import Drafter, check_token_map
+from frspec.decode.eagle_drafter import EagleDrafter
+from frspec.decode.engine import SpeculativeGenerator
+from frspec.decode.tree_shape import TreeShape, check_num_spec_tokens
+from frspec.errors import FrspecError
+from frspec.models.eagle import EagleHead
+from frspec.models.eagle_loading import load_eagle_head
+from frspec.models.loading import check_same_vocab, vocab_size_of
+from frspec.vocab.token_map import TokenMap
+
+
+def build_generator(
+    target: torch.nn.Module,
+    draft: torch.nn.Module | Drafter | None = None,
+    token_map: TokenMap | None = None,
+    num_spec_tokens: int = 4,
+    tokenizer=None,
+    eagle: EagleHead | str | os.PathLike | None = None,
+    tree: TreeShape | None = None,
+) -> SpeculativeGenerator:
+    """A generator for the usual methods: vanilla (no draft), draft model, or draft model + FR-Spec token map;
+    or an EAGLE head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a map.
+
+    `tree` drafts token trees (chain, static or dynamic, see TreeShape) instead of num_spec_tokens chains.
+    Every check (depth, vocabularies, map size) runs before the drafter's DraftVocab copies any LM-head rows. Models
+    and heads are shared, never modified: several generators may draft with one draft model or EAGLE head.
+    """
+    check_num_spec_tokens(num_spec_tokens)
+    drafter = None
+    if eagle is not None:
+        if draft is not None:
+            raise FrspecError("give a draft model or an EAGLE head, not both")
+        if token_map is not None:
+            check_token_map(token_map, vocab_size_of(target), "the target model", tokenizer)
+        head = eagle if isinstance(eagle, EagleHead) else load_eagle_head(eagle, target)
+        drafter = EagleDrafter(head, int(target.config.num_hidden_layers), token_map)
+    elif draft is None:
+        if token_map is not None:
+            raise FrspecError("a token map restricts a drafter's LM head: give a draft model too")
+    elif isinstance(draft, Drafter):
+        if token_map is not None:
+            raise FrspecError("give the token map to the drafter itself, not to build_generator")
+        drafter = draft
+    else:
+        vocab_size = check_same_vocab(target, draft)
+        if token_map is not None:
+            check_token_map(token_map, vocab_size, "the target model", tokenizer)
+        drafter = DraftModelDrafter(draft, token_map)
+    return SpeculativeGenerator(target, drafter, tokenizer, num_spec_tokens, tree)

@@ -1,0 +1,83 @@
+"""The one place caches are touched: create one, enable rollback, crop to a length, keep a tree path.
+
+The engine never recomputes a prefix: after verification it cuts each cache back to the tokens that were accepted,
+so the next forward only processes tokens the model has not yet seen. After a forward over a token tree the cache
+holds the committed prefix and then one entry per tree node; `keep_path` keeps the accepted path's entries. When
+that path is a prefix of node order (always, for a chain) this is a crop, which every cache layer supports;
+otherwise the entries are gathered, which only plain full-attention layers (`DynamicLayer`) understand.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from frspec.errors import FrspecError
+
+
+def new_cache(model: torch.nn.Module) -> DynamicCache:
+    """An empty cache laid out for `model` (full, sliding-window and linear-attention layers as its config says)."""
+    return DynamicCache(config=model.config)
+
+
+def enable_rollback(cache: DynamicCache) -> None:
+    """Make fixed-size layers (sliding window, linear attention) keep enough past state to be truncated.
+
+    Call after the prefill, as transformers' own assisted decoding does: turning it on earlier would keep the whole
+    prompt's states in layers that would otherwise drop most of them. A no-op for plain full-attention caches.
+    """
+    cache.activate_past_recording()
+
+
+def cache_length(cache: DynamicCache) -> int:
+    """How many tokens the cache holds."""
+    return cache.get_seq_length()
+
+
+def truncate_cache(cache: DynamicCache, length: int) -> None:
+    """Drop every cached token after the first `length`; a cache already that short is left as it is.
+
+    `crop(0)` is still called then, because fixed-size layers use it to shrink back to their working size.
+    """
+    extra = max(cache.get_seq_length() - length, 0)
+    cache.crop(-extra)
+
+
+def is_prefix_path(path: Sequence[int]) -> bool:
+    """True when `path` is nodes 0, 1, ..., m: the accepted path is the first entries in node order."""
+    return all(node == i for i, node in enumerate(path))
+
+
+def keep_path(cache, start: int, path: Sequence[int]) -> None:
+    """Keep entries [0, start) and then the tree-node entries start + path, in that order (crop when possible)."""
+    if is_prefix_path(path):
+        truncate_cache(cache, start + len(path))
+    else:
+        keep_cache_entries(cache, start, path)
+
+
+def keep_cache_entries(cache, start: int, keep: torch.Tensor | Sequence[int]) -> None:
+    """In every layer of a DynamicCache, keep entries [0, start) and then only entries start + keep, in that order.
+
+    After a tree forward the cache holds the committed prefix followed by one entry per tree node; keeping the
+    accepted path's node slots makes it identical to a cache built by running that path alone (same keys, same
+    positions), because each node was computed seeing exactly its ancestors. Only plain full-attention layers are
+    gathered; any other layer type (sliding window, linear attention, quantized, indexed) is refused.
+    """
+    keep = torch.as_tensor(keep, dtype=torch.long)
+    for i, layer in enumerate(cache.layers):
+        if type(layer) is not DynamicLayer:
+            raise FrspecError(
+                f"cache layer {i} ({type(layer).__name__}) cannot drop tree entries; trees need full-attention layers"
+            )
+        if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+            continue
+        total = layer.keys.shape[-2]
+        if keep.numel() and (int(keep.max()) >= total - start or int(keep.min()) < 0):
+            raise ValueError(f"keep indices {keep.tolist()} out of range for {total - start} tree entries")
+        idx = torch.cat([torch.arange(start), start + keep]).to(layer.keys.device)
+        layer.keys = layer.keys.index_select(-2, idx)
+        layer.values = layer.values.index_select(-2, idx)

@@ -1,1 +1,0 @@
-"""Speculative decoding: the engine (`engine`), drafters, verification rules, stats and `frspec generate`."""

@@ -1,0 +1,113 @@
+"""The drafter's FR-Spec head inside vLLM: a DraftVocab over the map's rows of this rank's LM-head shard, the
+all-gather across tensor-parallel ranks, and the draft-index -> target-id mapping vLLM's sampling needs."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from frspec.vllm_plugin.shard_rows import select_shard_rows
+from frspec.vocab.draft_vocab import DraftVocab, kept_rows
+from frspec.vocab.token_map import TokenMap
+
+
+class DrafterHead(nn.Module):
+    """Logits over the K kept target ids, in map order, as one rank sees them after the all-gather.
+
+    `vocab` scores this rank's kept rows; `all_gather` (None for one rank) concatenates every rank's [N, width]
+    logits along the last dim and `gather_index` picks the K kept columns out of that in map order. `target_ids`
+    [K] is the target id of each kept column (the same on every rank).
+    """
+
+    def __init__(self, vocab: DraftVocab, target_ids: torch.Tensor, vocab_size: int, width: int | None = None,
+                 gather_index: torch.Tensor | None = None, all_gather: Callable[[torch.Tensor], torch.Tensor] | None = None):
+        super().__init__()
+        self.vocab = vocab
+        # The engine's own GEMM for `vocab.head` (vLLM on CPU: a prepacked oneDNN kernel, as for the full head);
+        # None: `vocab.logits`.
+        self.matmul: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self.vocab_size = int(vocab_size)
+        self.width = width
+        self.all_gather = all_gather
+        self.register_buffer("target_ids", target_ids.clone(), persistent=False)
+        self.register_buffer("gather_index", None if gather_index is None else gather_index.clone(), persistent=False)
+
+    @property
+    def size(self) -> int:
+        return int(self.target_ids.numel())
+
+    def local_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """This rank's pruned logits, padded to the all-gather width ([N, k_rank] with one rank)."""
+        hidden = hidden.to(self.vocab.head.weight.dtype)
+        logits = self.vocab.logits(hidden) if self.matmul is None else self.matmul(hidden)
+        if self.width is not None and logits.shape[-1] < self.width:
+            logits = nn.functional.pad(logits, (0, self.width - logits.shape[-1]))  # never selected below
+        return logits
+
+    def select(self, gathered: torch.Tensor) -> torch.Tensor:
+        """The K kept columns, in map order, of the ranks' all-gathered local logits."""
+        return gathered if self.gather_index is None else gathered.index_select(-1, self.gather_index)
+
+    def kept_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[N, K] logits over the kept target ids, in map order (the same on every rank)."""
+        local = self.local_logits(hidden)
+        return local if self.all_gather is None else self.select(self.all_gather(local))
+
+    def to_target(self, idx: torch.Tensor) -> torch.Tensor:
+        """Kept-column indices -> target ids."""
+        return self.target_ids[idx]
+
+    def to_full(self, probs: torch.Tensor) -> torch.Tensor:
+        """[N, K] probabilities -> [N, V] over the target vocabulary, zero outside the map."""
+        full = probs.new_zeros(*probs.shape[:-1], self.vocab_size)
+        full[..., self.target_ids] = probs
+        return full
+
+    def full_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[N, V] logits as vLLM's compute_logits returns them: the kept ids' scores, -inf elsewhere (vLLM's own
+        EAGLE-3 reduced vocabulary is scattered the same way)."""
+        kept = self.kept_logits(hidden)
+        full = kept.new_full((*kept.shape[:-1], self.vocab_size), float("-inf"))
+        full[..., self.target_ids] = kept
+        return full
+
+    def extra_repr(self) -> str:
+        return f"kept={self.size}, vocab_size={self.vocab_size}, rank_rows={self.vocab.size}"
+
+
+def build_drafter_head(
+    weight: torch.Tensor,
+    token_map: TokenMap,
+    vocab_size: int,
+    n_rows: int,
+    shard_ranges: list[tuple[int, int]] | None = None,
+    rank: int = 0,
+    bias: torch.Tensor | None = None,
+    head_to_target: torch.Tensor | None = None,
+    all_gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> DrafterHead:
+    """The head for one rank. `weight` [rows_of_shard, hidden] is the rank's shard (the whole head with one rank,
+    padding rows included or not), `n_rows` the head's global row count, `head_to_target` [n_rows] the target id
+    of each global row (EAGLE-3; None: row i is target id i). `shard_ranges`, with more than one rank: every
+    rank's [start, end) global rows, and `all_gather` the tensor-parallel all-gather along the last dim."""
+    device = weight.device
+    rows, target_ids = kept_rows(token_map, n_rows, vocab_size, head_to_target, device=device)
+    if shard_ranges is None or len(shard_ranges) == 1:
+        vocab = DraftVocab(weight, vocab_size, rows=rows, target_ids=target_ids, bias=bias, token_map=token_map)
+        return DrafterHead(vocab, target_ids, vocab_size)
+    part = select_shard_rows(rows, target_ids, shard_ranges, rank)
+    vocab = DraftVocab(weight, vocab_size, rows=part.local_rows, target_ids=part.target_ids, bias=bias,
+                       token_map=token_map)
+    return DrafterHead(vocab, target_ids, vocab_size, part.width, part.gather_index, all_gather)
+
+
+def vllm_shard_ranges(lm_head: Any) -> list[tuple[int, int]]:
+    """Every rank's [start, end) global rows of a vLLM VocabParallelEmbedding / ParallelLMHead (padding excluded)."""
+    ranges = []
+    for r in range(lm_head.tp_size):
+        idx = lm_head._get_indices(lm_head.num_embeddings_padded, lm_head.org_vocab_size_padded,
+                                   lm_head.num_embeddings, lm_head.org_vocab_size, r, lm_head.tp_size)
+        ranges.append((idx.org_vocab_start_index, idx.org_vocab_end_index))
+    return ranges

@@ -1,0 +1,67 @@
+"""The front end's check, when vLLM builds its engine configuration (`LLM(...)`, `vllm serve`): refuse a token map
+of another vocabulary or tokenizer, and drafters FR-Spec cannot apply to, with one line, before any engine process
+starts or any request runs."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from frspec.errors import FrspecError
+from frspec.vllm_plugin.settings import TOKEN_MAP_ENV, load_configured_map, token_map_path
+
+# Drafters that score their next token with an LM head this plugin can prune.
+SUPPORTED_METHODS = ("draft_model", "eagle", "eagle3")
+
+
+def check_engine_config(vllm_config: Any) -> None:
+    """Raise FrspecError if the configured map cannot serve this engine configuration (no-op without a map)."""
+    if token_map_path() is None:
+        return
+    spec = vllm_config.speculative_config
+    if spec is None:
+        raise FrspecError(f"{TOKEN_MAP_ENV} is set but vLLM has no speculative decoding configured "
+                          "(--speculative-config): FR-Spec restricts a drafter's LM head, so it needs a drafter")
+    if spec.method == "mtp":
+        raise FrspecError(
+            "FR-Spec in vLLM supports draft_model, eagle and eagle3 drafters, not MTP: an MTP layer's logits come "
+            f"from the target's shared head inside the layer, which this plugin does not prune (unset {TOKEN_MAP_ENV})"
+        )
+    if spec.method not in SUPPORTED_METHODS:
+        raise FrspecError(f"FR-Spec in vLLM supports {', '.join(SUPPORTED_METHODS)} drafters, not "
+                          f"{spec.method!r}, which has no LM head to prune (unset {TOKEN_MAP_ENV})")
+    if spec.use_heterogeneous_vocab:
+        raise FrspecError("FR-Spec needs the drafter to share the target's vocabulary; "
+                          "use_heterogeneous_vocab is not supported with a token map")
+    if spec.use_local_argmax_reduction:
+        raise FrspecError("use_local_argmax_reduction replaces the draft logits FR-Spec prunes; unset it to use a "
+                          "token map")
+    check_map_fits_target(vllm_config.model_config)
+
+
+def check_map_fits_target(model_config: Any) -> None:
+    """The map must be over the target model's vocabulary and, if it records one, its tokenizer."""
+    from frspec.models.tokenizer import load_tokenizer, tokenizer_identity
+
+    vocab_size = int(model_config.get_vocab_size())
+    token_map = load_configured_map(vocab_size)
+    tokenizer = load_tokenizer(str(model_config.tokenizer))
+    token_map.check_tokenizer(tokenizer_identity(tokenizer), vocab_size=vocab_size)
+
+
+def hook_engine_config() -> None:
+    """Run `check_engine_config` on every configuration EngineArgs creates (idempotent)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    original = EngineArgs.create_engine_config
+    if getattr(original, "_frspec_hooked", False):
+        return
+
+    @functools.wraps(original)
+    def create_engine_config(self, *args, **kwargs):
+        config = original(self, *args, **kwargs)
+        check_engine_config(config)
+        return config
+
+    create_engine_config._frspec_hooked = True
+    EngineArgs.create_engine_config = create_engine_config

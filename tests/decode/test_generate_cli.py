@@ -1,0 +1,69 @@
+"""`frspec generate` end to end on tiny models saved to a temporary directory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from spec_tiny import tiny_lm, tiny_tokenizer
+
+from frspec import cli
+from frspec.vocab.token_map import TokenMap
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    pytest.importorskip("frspec.models.loading")
+    root = tmp_path_factory.mktemp("models")
+    tok = tiny_tokenizer()
+    for name, seed in (("target", 0), ("draft", 1)):
+        model = tiny_lm("llama", len(tok), seed=seed, dtype=torch.float32)
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    TokenMap(list(range(40)), len(tok)).save(root / "map.frspec")
+    return root
+
+
+def _run(argv, capsys) -> tuple[int, str, str]:
+    code = cli.main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_generate_json(model_dirs, capsys):
+    base = ["generate", "--target", str(model_dirs / "target"), "--prompt", "hello", "--max-new-tokens", "8",
+            "--dtype", "fp32", "--json", "--threads", "1"]
+    code, out, err = _run(base, capsys)
+    assert code == 0, err
+    vanilla = json.loads(out)
+    assert vanilla["method"] == "vanilla" and len(vanilla["token_ids"]) <= 8 and isinstance(vanilla["text"], str)
+    for key in ("tokens", "target_forwards", "acceptance_length", "decode_tokens_per_s", "end_to_end_tokens_per_s",
+                "forward_ratio"):
+        assert key in vanilla["stats"]
+    code, out, err = _run(base + ["--draft", str(model_dirs / "draft"), "--token-map", str(model_dirs / "map.frspec"),
+                                  "--num-spec-tokens", "3"], capsys)
+    assert code == 0, err
+    frspec = json.loads(out)
+    assert frspec["method"] == "fr-spec" and frspec["token_ids"] == vanilla["token_ids"]  # lossless
+
+
+def test_generate_streams_text_and_a_stats_line(model_dirs, capsys):
+    code, out, err = _run(["generate", "--target", str(model_dirs / "target"), "--draft", str(model_dirs / "draft"),
+                           "--prompt", "hi", "--max-new-tokens", "6", "--dtype", "fp32", "--raw",
+                           "--temperature", "0.8", "--seed", "1"], capsys)
+    assert code == 0, err
+    assert "tokens in" in err and "acceptance length" in err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--num-spec-tokens", "0"], "num_spec_tokens"),
+        (["--token-map", "missing.frspec"], "--draft"),
+        (["--temperature", "-1"], "temperature"),
+    ],
+)
+def test_generate_bad_input_is_one_line(model_dirs, capsys, extra, message):
+    code, out, err = _run(["generate", "--target", str(model_dirs / "target"), "--prompt", "x"] + extra, capsys)
+    assert code == 2 and err.startswith("frspec: error:") and message in err and err.count("\n") == 1

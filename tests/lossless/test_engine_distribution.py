@@ -1,0 +1,80 @@
+"""End to end through build_generator: sampled generations of a tiny model follow the target's joint law.
+
+Each sample is one `generate(max_new_tokens=4)` with its own seed. The prefill emits x1 from the target alone; the
+next step drafts up to 2 tokens deep (the engine never drafts past the budget), so (x2, x3) is decided by the
+speculative step, with x1's randomness feeding its context. Reference: P(x2, x3) = sum_x1 p(x1) p(x2|x1) p(x3|x1 x2)
+from the target's own logits through transformers' processors. Zero-probability pairs must never appear.
+
+Power: N_E2E samples over the reference's live cells (after pooling) detect a total variation of DETECTED_TV_E2E
+(power 0.9, alpha 1e-3; asserted). This is the wiring check (caches, drafter state, maps, d2t, trees inside the
+engine); the fixed-logit tests (test_verify_distribution.py) carry the 0.01 power.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from eagle_tiny import mostly_bigram, oracle_eagle3_head
+from spec_tiny import noisy_copy, sharpen, tiny_lm
+
+from decode_adapter import SamplingParams, TreeShape, build_generator
+from frspec.vocab.token_map import TokenMap
+from lossless_power import check_distribution
+from lossless_reference import reference_probs
+from lossless_sampling import SCALE
+
+V = 16
+PROMPT = [3, 9, 1]
+T, K, P = 0.9, 6, 0.95
+N_E2E = max(int(2000 * SCALE), 300)
+DETECTED_TV_E2E = 0.07
+
+
+@pytest.fixture(scope="module")
+def target():
+    return sharpen(mostly_bigram(tiny_lm("llama", V, hidden=32, layers=2, seed=4, dtype=torch.float32), 0.3), 2.0)
+
+
+@pytest.fixture(scope="module")
+def reference(target) -> np.ndarray:
+    @torch.no_grad()
+    def probs(ids):
+        return reference_probs(target(torch.tensor([ids])).logits[0, -1], T, K, P)
+
+    joint = np.zeros((V, V))
+    p1 = probs(PROMPT)
+    for x1 in np.flatnonzero(p1):
+        p2 = probs(PROMPT + [int(x1)])
+        for x2 in np.flatnonzero(p2):
+            joint[x2] += p1[x1] * p2[x2] * probs(PROMPT + [int(x1), int(x2)])
+    return joint / joint.sum()
+
+
+def cases(target) -> dict:
+    token_map = TokenMap([0, 2, 3, 5, 6, 8, 9, 11, 12, 15], V)
+    return {
+        "draft+map-chain": dict(draft=noisy_copy(target, 0.3, seed=1), token_map=token_map, num_spec_tokens=2),
+        "draft-static": dict(draft=noisy_copy(target, 0.3, seed=2), tree=TreeShape.static(2, 2)),
+        "eagle3-d2t+map-dynamic": dict(eagle=oracle_eagle3_head(target, draft_ids=torch.arange(0, V, 2)[:7],
+                                                                 noise=0.3),
+                                       token_map=token_map, tree=TreeShape.dynamic(2, 2, 4)),
+    }
+
+
+@pytest.mark.lossless_heavy
+@pytest.mark.parametrize("name", ["draft+map-chain", "draft-static", "eagle3-d2t+map-dynamic"])
+def test_engine_samples_follow_the_target(target, reference, name):
+    generator = build_generator(target, **cases(target)[name])
+    counts = np.zeros((V, V), dtype=np.int64)
+    accepted = 0
+    for seed in range(N_E2E):
+        out = generator.generate(input_ids=PROMPT, max_new_tokens=4, eos_token_ids=[],
+                                 sampling=SamplingParams(temperature=T, top_k=K, top_p=P, seed=seed))
+        counts[out.token_ids[1], out.token_ids[2]] += 1
+        accepted += sum(out.stats.accepted_per_position)
+    assert accepted > N_E2E // 4, "drafts must be accepted often enough for the check to test speculation"
+    tv = check_distribution(counts, reference, f"engine {name}")
+    if SCALE >= 1:
+        assert tv <= DETECTED_TV_E2E, tv

@@ -1,0 +1,135 @@
+"""Sampling is lossless: the first two emitted tokens of a speculative step follow the target's joint law exactly.
+
+Fixed logit tables over a 10-token vocabulary (lossless_problem.py), the real drafting (chains as the draft-model
+drafter draws them, trees by `grow_tree`) and the real verifier (decode_adapter.py), temperature 0.8, top-k 5 and
+top-p 0.95 on target and drafter alike. For each shape (chain; static tree, 2 children per node sampled without
+replacement; EAGLE-2 dynamic tree, deterministic top-3 children, budget 6) and each draft vocabulary (full; an
+FR-Spec map; an EAGLE-3 head_to_target composed with a map) we draw `sample_size` >= 1e5 steps.
+
+Power (lossless_power.py): the reference P(x1, x2) is computed with transformers' logits processors; outcomes it
+gives probability 0 must never occur, and the chi-square check at ALPHA = 1e-3 detects any deviation of total
+variation >= DETECTED_TV = 0.01 with probability >= 0.9 (asserted per test from its sample size and cell count).
+
+Negative controls: three subtle wrong residual rules, patched into the real tree verifier, must fail the same check
+(same function, same alpha) already at CONTROL_SAMPLES = 40,000 samples, a third of the positive tests' size: so
+the positive tests would catch each of them with a wide margin.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+import torch
+
+import decode_adapter as dec
+from decode_adapter import logits_to_probs
+from lossless_power import DistributionMismatch, check_distribution
+from lossless_problem import DEPTHS, PARAMS, V, VARIANTS, make_problem
+from lossless_sampling import SCALE, SHAPES, count_first_two, sample_size
+
+DETECTED_TV = 0.01  # the total variation every positive test below detects (power 0.9, alpha 1e-3)
+CONTROL_SAMPLES = 40_000
+PROBLEM = make_problem(0)
+
+
+def _count_worker(args):
+    method, variant, n, seed, control = args
+    torch.set_num_threads(1)
+    restore = _apply_control(control, variant) if control else None
+    try:
+        return count_first_two(PROBLEM, method, variant, n, seed)
+    finally:
+        if restore:
+            restore()
+
+
+def counts(method: str, variant: str, seed: int, control: str | None = None, n: int | None = None) -> np.ndarray:
+    """n (default sample_size(PROBLEM)) steps, split over two processes (fixed seeds per half)."""
+    n = sample_size(PROBLEM) if n is None else n
+    halves = [(method, variant, n // 2, 2 * seed, control), (method, variant, n - n // 2, 2 * seed + 1, control)]
+    with mp.get_context("fork").Pool(2) as pool:
+        parts = pool.map(_count_worker, halves)
+    return parts[0] + parts[1]
+
+
+def test_problem_is_hard_enough():
+    """The settings really filter: zero cells exist for the target and inside every draft vocabulary."""
+    joint = PROBLEM.reference_joint
+    assert (joint == 0).sum() > 50 and (joint > 0).sum() >= 20
+    for variant in VARIANTS:
+        vocab = PROBLEM.draft_vocab(variant)
+        q = logits_to_probs(vocab.logits(PROBLEM.hidden_at(0, 0)), PARAMS)
+        assert 0 < int((q > 0).sum()) < vocab.size, variant  # draft-side top-k/top-p removes mapped tokens
+    # the map leaves out tokens the target emits, so the rejection branch must produce them
+    assert joint[[4, 6, 8], :].sum() + joint[:, [4, 6, 8]].sum() > 0.05
+
+
+@pytest.mark.lossless_heavy
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("method", list(SHAPES))
+def test_first_two_tokens_follow_the_target(method, variant):
+    c = counts(method, variant, seed=11)
+    tv = check_distribution(c, PROBLEM.reference_joint, f"{method}/{variant}")
+    if SCALE >= 1:
+        assert c.sum() >= 100_000 and tv <= DETECTED_TV, tv
+
+
+# --- negative controls ---------------------------------------------------------------------------------------------
+# Each replaces a piece of the tree verifier by a subtly wrong one. Residual controls keep acceptance right; the
+# draft distribution a residual came from is recovered from its values (the tables are fixed), so they need no other
+# hook. Where the verifier has a `sibling_proposal` piece, `not_renormalised` is that bug itself (acceptance too).
+
+
+def _draft_tables(variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(filtered q, unfiltered softmax(logits / T)) over target ids, [DEPTHS * V, V] for every context."""
+    vocab = PROBLEM.draft_vocab(variant)
+    logits = vocab.logits(torch.stack([PROBLEM.hidden_at(d, t) for d in range(DEPTHS) for t in range(V)]))
+    filtered = vocab.to_full(logits_to_probs(logits, PARAMS)).double()
+    unfiltered = vocab.to_full(torch.softmax(logits.float() / PARAMS.temperature, -1)).double()
+    return filtered, unfiltered
+
+
+def _apply_control(control: str, variant: str):
+    filtered, unfiltered = _draft_tables(variant)
+
+    def source(r: torch.Tensor) -> tuple[int, torch.Tensor]:
+        """(context, removed siblings) of a sibling proposal r = q with earlier siblings removed, renormalised."""
+        live = r > 0
+        for c in range(filtered.shape[0]):
+            q = filtered[c]
+            if bool((q[live] > 0).all()) and torch.allclose(r[live], q[live] / q[live].sum(), atol=1e-6):
+                return c, (q > 0) & ~live
+        raise AssertionError("a residual proposal that matches no draft distribution")
+
+    if control == "not_renormalised" and "sibling_proposal" in dec.PIECES:
+        return dec.replace_piece("sibling_proposal", lambda q_remaining: q_remaining)  # the bug itself
+
+    def wrong(p: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        c, removed = source(r)
+        if control == "unfiltered_q":  # the residual subtracts q before top-k / top-p
+            bad = unfiltered[c].masked_fill(removed, 0.0)
+            bad = bad / bad.sum()
+        elif control == "wrong_sibling":  # a depth-1 node's residual uses its sibling node's draft distribution
+            depth, token = divmod(c, V)
+            other = filtered[depth * V + (token + 1) % V] if depth > 0 else filtered[c]
+            bad = other.masked_fill(removed, 0.0)
+            bad = bad / bad.sum() if float(bad.sum()) > 0 else filtered[c] / filtered[c].sum()
+        elif control == "not_renormalised":  # earlier siblings removed, the rest not renormalised
+            bad = filtered[c].masked_fill(removed, 0.0)
+        else:
+            raise ValueError(control)
+        return dec.ORIGINAL["residual"](p, bad)
+
+    return dec.replace_piece("residual", wrong)
+
+
+@pytest.mark.lossless_heavy
+@pytest.mark.parametrize("control", ["unfiltered_q", "wrong_sibling", "not_renormalised"])
+def test_negative_controls_fail_the_same_check(control):
+    if SCALE < 1:
+        pytest.skip("a wrong rule is only sure to be caught at full size (FRSPEC_LOSSLESS_SCALE < 1)")
+    c = counts("static", "map", seed=11, control=control, n=CONTROL_SAMPLES)
+    with pytest.raises(DistributionMismatch):
+        check_distribution(c, PROBLEM.reference_joint, f"static/map with {control}")

@@ -1,0 +1,92 @@
+"""vLLM's OpenAI-compatible server with FR-Spec, started with `frspec serve` as users run it: vLLM's own processes (API server, engine core, worker) each load the
+plugin from the environment; an OpenAI client talks to it on 127.0.0.1, with and without streaming."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from vllm_tiny import PROMPTS, hf_greedy
+
+STARTUP_S = 400
+NEW_TOKENS = 16
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tiny):
+    port = _free_port()
+    log = Path(tiny.root) / "serve.log"
+    spec = {"method": "draft_model", "model": tiny.draft, "num_speculative_tokens": 3}
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_ENABLE_V1_MULTIPROCESSING", "FRSPEC_TOKEN_MAP")}
+    # `frspec serve` sets FRSPEC_TOKEN_MAP and becomes vLLM's server (same process: the group is killed below).
+    cmd = [str(Path(sys.executable).parent / "frspec"), "serve", "--token-map", tiny.token_map, "--",
+           "--model", tiny.target, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager",
+           "--max-model-len", "256", "--seed", "0", "--speculative-config", json.dumps(spec)]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vllm serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vllm serve not ready after {STARTUP_S}s:\n{log.read_text()[-3000:]}")
+            time.sleep(1)
+        yield f"http://127.0.0.1:{port}/v1", log
+    finally:
+        os.killpg(proc.pid, 15)  # the server and the engine processes it started
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+def _client(url):
+    from openai import OpenAI
+
+    return OpenAI(base_url=url, api_key="unused", timeout=60, max_retries=0)
+
+
+def test_every_vllm_process_loaded_the_map(server):
+    _, log = server
+    assert "FR-Spec: draft_model drafter scores 40 of 96 target ids" in log.read_text()
+
+
+def test_completions_equal_the_target_alone(server, tiny):
+    url, _ = server
+    client = _client(url)
+    reference = hf_greedy(tiny.target, PROMPTS, NEW_TOKENS)
+    for prompt, expected in zip(PROMPTS, reference):
+        out = client.completions.create(model=tiny.target, prompt=prompt, max_tokens=NEW_TOKENS, temperature=0,
+                                        extra_body={"ignore_eos": True, "return_token_ids": True})
+        assert out.choices[0].token_ids == expected
+
+
+def test_streaming_chat_matches_the_unstreamed_reply(server, tiny):
+    url, _ = server
+    client = _client(url)
+    messages = [{"role": "user", "content": "hello there"}]
+    args = dict(model=tiny.target, messages=messages, max_tokens=NEW_TOKENS, temperature=0,
+                extra_body={"ignore_eos": True})
+    whole = client.chat.completions.create(**args).choices[0].message.content
+    pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **args)
+              if c.choices]
+    assert len(pieces) > 1 and "".join(pieces) == whole

@@ -1,0 +1,210 @@
+"""Tiny random-weight models for the vLLM tests, saved as HF directories vLLM loads, plus token maps and helpers
+to start an in-process vLLM engine and look inside its drafter."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from frspec.vocab.token_map import TokenMap
+
+CHARS = "abcdefghijklmnopqrstuvwxyz .,!?\n0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+SPECIALS = ["<unk>", "<eos>", "<|im_start|>", "<|im_end|>"]
+VOCAB = 96  # the model's vocabulary: more rows than the tokenizer's ids, as Qwen2.5's 151,936 vs 151,665
+MAP_IDS = list(range(4, 44))  # a 40-token map; drafts from the full head land outside it often
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>{% endif %}"
+)
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [20], [30, 31, 32, 33, 34, 35, 36]]
+
+
+def tokenizer() -> PreTrainedTokenizerFast:
+    vocab = {t: i for i, t in enumerate(SPECIALS + list(CHARS))}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("(.|\\n)"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>",
+                                   additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+                                   chat_template=CHAT_TEMPLATE, clean_up_tokenization_spaces=False)
+
+
+def qwen2(seed: int, layers: int = 2, tie: bool = False) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=tie,
+                         max_position_embeddings=512, initializer_range=0.2, bos_token_id=None, eos_token_id=1)
+    model = Qwen2ForCausalLM(config).float().eval()
+    with torch.no_grad():  # peaked next-token distributions, so greedy decoding has no near-ties
+        model.lm_head.weight.mul_(3.0)
+    return model
+
+
+def noisy_copy(model: torch.nn.Module, scale: float, seed: int) -> torch.nn.Module:
+    """A draft that agrees with `model` often but not always."""
+    draft = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * scale * p.std())
+    return draft
+
+
+@dataclass
+class Tiny:
+    root: Path
+    target: str
+    draft: str
+    token_map: str
+    wrong_vocab_map: str
+    wrong_tokenizer_map: str
+    eagle_target: str
+    eagle_head: str  # EAGLE-1/2 layout, no LM head of its own: vLLM shares the target's
+    eagle3_head: str  # EAGLE-3 layout with a reduced draft vocabulary (d2t)
+    eagle3_target_ids: list[int]  # the EAGLE-3 head's draft vocabulary, as target ids
+
+
+def save(model: torch.nn.Module, path: Path) -> str:
+    model.save_pretrained(path)
+    tokenizer().save_pretrained(path)
+    return str(path)
+
+
+def build_models(root: Path) -> Tiny:
+    target = qwen2(0)
+    draft = noisy_copy(target, 0.3, seed=1)
+    TokenMap(MAP_IDS, VOCAB).save(root / "map.safetensors")
+    TokenMap(MAP_IDS, VOCAB + 32).save(root / "map-wrong-vocab.safetensors")
+    TokenMap(MAP_IDS, VOCAB, metadata={"tokenizer": {"name": "another-tokenizer", "vocab_hash": "0123456789abcdef"}}
+             ).save(root / "map-wrong-tokenizer.safetensors")
+    eagle_target = qwen2(2, layers=3)
+    eagle3_ids = list(range(0, VOCAB, 2))  # even ids: half of them inside the map
+    return Tiny(root, save(target, root / "target"), save(draft, root / "draft"), str(root / "map.safetensors"),
+                str(root / "map-wrong-vocab.safetensors"), str(root / "map-wrong-tokenizer.safetensors"),
+                save(eagle_target, root / "eagle-target"), write_eagle_head(root / "eagle", eagle3_ids=None),
+                write_eagle_head(root / "eagle3", eagle3_ids=eagle3_ids), eagle3_ids)
+
+
+HIDDEN, HEADS, KV_HEADS, FFN = 64, 2, 1, 128  # vLLM's CPU attention needs a head size of at least 32
+
+
+def write_eagle_head(path: Path, eagle3_ids: list[int] | None, seed: int = 3) -> str:
+    """A random EAGLE head in the published checkpoint layout (yuhuili/EAGLE-* for EAGLE-1/2, yuhuili/EAGLE3-* for
+    EAGLE-3 with `eagle3_ids` as its draft vocabulary), with a Llama config, as vLLM's `eagle`/`eagle3` load it."""
+    import json
+
+    from safetensors.torch import save_file
+
+    gen = torch.Generator().manual_seed(seed)
+    h, hd = HIDDEN, HIDDEN // HEADS
+
+    def rand(*shape, scale=0.2):
+        return torch.randn(*shape, generator=gen) * scale
+
+    def layer(prefix, in_dim):
+        return {f"{prefix}self_attn.q_proj.weight": rand(HEADS * hd, in_dim),
+                f"{prefix}self_attn.k_proj.weight": rand(KV_HEADS * hd, in_dim),
+                f"{prefix}self_attn.v_proj.weight": rand(KV_HEADS * hd, in_dim),
+                f"{prefix}self_attn.o_proj.weight": rand(h, HEADS * hd),
+                f"{prefix}mlp.gate_proj.weight": rand(FFN, h), f"{prefix}mlp.up_proj.weight": rand(FFN, h),
+                f"{prefix}mlp.down_proj.weight": rand(h, FFN),
+                f"{prefix}post_attention_layernorm.weight": 1.0 + rand(h, scale=0.1)}
+
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h, "intermediate_size": FFN,
+              "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "num_hidden_layers": 1,
+              "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 512, "hidden_act": "silu",
+              "vocab_size": VOCAB, "torch_dtype": "float32"}
+    if eagle3_ids is None:  # EAGLE-1/2: fc over [embedding, feature], layer 0 without input_layernorm
+        tensors = {"fc.weight": rand(h, 2 * h), **layer("layers.0.", h)}
+    else:
+        ids = torch.tensor(eagle3_ids)
+        t2d = torch.zeros(VOCAB, dtype=torch.bool)
+        t2d[ids] = True
+        tensors = {"fc.weight": rand(h, 3 * h), **layer("midlayer.", 2 * h),
+                   "midlayer.input_layernorm.weight": 1.0 + rand(h, scale=0.1),
+                   "midlayer.hidden_norm.weight": 1.0 + rand(h, scale=0.1), "norm.weight": 1.0 + rand(h, scale=0.1),
+                   "lm_head.weight": rand(ids.numel(), h, scale=1.0), "d2t": ids - torch.arange(ids.numel()),
+                   "t2d": t2d}
+        config["draft_vocab_size"] = ids.numel()
+        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [0, 1, 2]}  # the target's first three layers
+    path.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps(config))
+    return str(path)
+
+
+def hf_greedy(model_dir: str, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    """The reference: transformers' greedy decoding of the target alone, fp32."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    outs = []
+    for prompt in prompts:
+        ids = torch.tensor([prompt])
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
+                             min_new_tokens=max_new_tokens, eos_token_id=None, pad_token_id=0)
+        outs.append(out[0, len(prompt):].tolist())
+    return outs
+
+
+def start_llm(target: str, speculative_config: dict | None, token_map: str | None, **kwargs: Any):
+    """An in-process vLLM engine, fp32, eager; FR-Spec on iff `token_map` (set the way users do: the env var)."""
+    from vllm import LLM
+
+    import frspec.vllm_plugin
+
+    if token_map is None:
+        os.environ.pop("FRSPEC_TOKEN_MAP", None)
+    else:
+        os.environ["FRSPEC_TOKEN_MAP"] = token_map
+    # vLLM registered the plugin when this process made its first engine; with a map now set, hook it in (idempotent).
+    frspec.vllm_plugin.register()
+    return LLM(model=target, dtype="float32", enforce_eager=True, speculative_config=speculative_config,
+               max_model_len=256, max_num_seqs=8, seed=0, distributed_executor_backend="uni", **kwargs)
+
+
+def stop_llm(llm) -> None:
+    llm.llm_engine.engine_core.shutdown()
+    del llm
+    gc.collect()
+    os.environ.pop("FRSPEC_TOKEN_MAP", None)
+
+
+def model_runner(llm):
+    return llm.collective_rpc(lambda self: self)[0].worker.model_runner
+
+
+class Recorder:
+    """Wraps the drafter's draft-token sampling and the rejection sampler, recording what passes through."""
+
+    def __init__(self, llm):
+        runner = model_runner(llm)
+        self.drafter = runner.drafter
+        self.drafts: list[torch.Tensor] = []  # every draft step's token ids
+        self.sampled: list[tuple[torch.Tensor, torch.Tensor]] = []  # (hidden, probs) of probabilistic draft steps
+        self.rejection_draft_probs: list[torch.Tensor] = []
+        sample = self.drafter._sample_draft_tokens
+
+        def sample_draft_tokens(hidden, sampling_metadata):
+            ids, probs = sample(hidden, sampling_metadata)
+            self.drafts.append(ids.clone())
+            if probs is not None:
+                self.sampled.append((hidden.clone(), probs.clone()))
+            return ids, probs
+
+        self.drafter._sample_draft_tokens = sample_draft_tokens
+        sampler = runner.rejection_sampler
+        forward = sampler.forward
+
+        def rejection_forward(metadata, draft_probs, *args, **kwargs):
+            if draft_probs is not None:
+                self.rejection_draft_probs.append(draft_probs.clone())
+            return forward(metadata, draft_probs, *args, **kwargs)
+
+        sampler.forward = rejection_forward

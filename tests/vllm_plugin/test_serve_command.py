@@ -1,0 +1,24 @@
+"""`frspec serve`: the server command line and environment it hands over to vLLM."""
+
+import pytest
+
+from frspec.cli import build_parser, main
+
+
+def test_serve_passes_the_map_to_the_plugin_and_the_rest_to_vllm(tmp_path, monkeypatch):
+    pytest.importorskip("vllm.entrypoints.openai.api_server")
+    from frspec.commands.serve import server_command
+
+    token_map = tmp_path / "map.pt"
+    token_map.write_bytes(b"")
+    args = build_parser().parse_args(["serve", "--token-map", str(token_map), "--token-map-format", "thunlp", "--",
+                                      "--model", "m", "--port", "8001"])
+    command, env = server_command(args)
+    assert command[1:] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--port", "8001"]
+    assert env["FRSPEC_TOKEN_MAP"] == str(token_map.resolve()) and env["FRSPEC_TOKEN_MAP_FORMAT"] == "thunlp"
+
+
+def test_serve_refuses_a_missing_map_in_one_line(capsys):
+    assert main(["serve", "--token-map", "/nonexistent/map.pt", "--", "--model", "m"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "token map not found" in err and "\n" not in err

@@ -1,0 +1,33 @@
+"""The startup check's refusals on configurations vLLM is not needed to build (MTP cannot be started here)."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from frspec.errors import FrspecError
+from frspec.vllm_plugin.startup_check import check_engine_config
+
+
+def _config(method, **spec):
+    speculative = SimpleNamespace(method=method, use_heterogeneous_vocab=False, use_local_argmax_reduction=False)
+    speculative.__dict__.update(spec)
+    return SimpleNamespace(speculative_config=speculative, model_config=None)
+
+
+def test_without_a_map_nothing_is_checked(monkeypatch):
+    monkeypatch.delenv("FRSPEC_TOKEN_MAP", raising=False)
+    check_engine_config(_config("mtp"))  # no map: the plugin does nothing at all
+
+
+@pytest.mark.parametrize("method, words", [("mtp", "not MTP"), ("medusa", "not 'medusa'"), ("suffix", "not 'suffix'")])
+def test_drafters_without_a_prunable_head_are_refused(monkeypatch, method, words):
+    monkeypatch.setenv("FRSPEC_TOKEN_MAP", "/nonexistent/map.pt")
+    with pytest.raises(FrspecError, match=words):
+        check_engine_config(_config(method))
+
+
+@pytest.mark.parametrize("option", ["use_heterogeneous_vocab", "use_local_argmax_reduction"])
+def test_options_that_replace_the_draft_logits_are_refused(monkeypatch, option):
+    monkeypatch.setenv("FRSPEC_TOKEN_MAP", "/nonexistent/map.pt")
+    with pytest.raises(FrspecError, match=option):
+        check_engine_config(_config("draft_model", **{option: True}))
