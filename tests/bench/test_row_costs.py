@@ -32,7 +32,7 @@ def test_a_cost_jump_after_four_rows_caps_the_chain_at_three():
 
 
 def test_measure_and_plot_on_a_tiny_model(tmp_path):
-    sys.path.insert(0, str(Path(__file__).parents[1] / "spec"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "decode"))
     from spec_tiny import tiny_lm
 
     model = tiny_lm("qwen2", 64, dtype=torch.float32)
@@ -43,7 +43,7 @@ def test_measure_and_plot_on_a_tiny_model(tmp_path):
 
 
 def test_auto_chain_length_measures_and_picks_a_length():
-    sys.path.insert(0, str(Path(__file__).parents[1] / "spec"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "decode"))
     from spec_tiny import tiny_lm
 
     from frspec.bench.row_costs import auto_chain_length

@@ -19,7 +19,7 @@ from frspec.models.quant import (
     quantize_linear, quantize_model,
 )
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "spec"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "decode"))
 from spec_tiny import hf_greedy, noisy_copy, tiny_lm  # noqa: E402
 
 
