@@ -41,7 +41,8 @@ def check_engine_config(vllm_config: Any) -> None:
 
 def check_map_fits_target(model_config: Any) -> None:
     """The map must be over the target model's vocabulary and, if it records one, its tokenizer."""
-    from frspec.models.tokenizer import load_tokenizer, tokenizer_identity
+    from frspec.models.tokenizer import load_tokenizer
+    from frspec.vocab.tokenizer_identity import tokenizer_identity
 
     vocab_size = int(model_config.get_vocab_size())
     token_map = load_configured_map(vocab_size)
