@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from frspec.bench.row_costs import (
-    best_chain_length, chain_throughputs, expected_tokens, measure_row_costs, plot_row_costs,
-)
+from frspec.bench.plots import plot_row_costs
+from frspec.bench.row_costs import best_chain_length, chain_throughputs, expected_tokens, measure_row_costs
 
 
 def test_expected_tokens():

@@ -130,6 +130,7 @@ def test_cli_bench_end_to_end(tiny_dirs, tmp_path, capsys):
         "bench", "--target", str(target_dir), "--draft", str(draft_dir), "--dtype", "fp64", "--threads", "1",
         "--num-prompts", "2", "--max-new-tokens", "12", "--num-spec-tokens", "1,3", "--token-map-sizes", "16,64",
         "--counts", str(counts_path), "--out", str(out), "--no-progress",
+        "--quant-rows", "none", "--no-llamacpp", "--row-costs", "0",  # those rows: tests/bench/test_quant_rows.py
     ])
     torch.set_num_threads(threads)
     assert code == 0
@@ -163,8 +164,11 @@ def test_cli_token_map_files_set_the_sizes(tiny_dirs, tmp_path):
         "--dataset", str(prompts), "--field", "q", "--max-new-tokens", "6", "--token-map", str(map_path),
         "--out", str(out), "--no-progress",
     ]) == 0
-    rows = json.loads((out / "results.json").read_text())["rows"]
-    assert [r["label"] for r in rows] == ["vanilla", "draft k=3", "fr-spec k=3 map=32"]
+    payload = json.loads((out / "results.json").read_text())
+    k = payload["meta"]["sections"][0]["quant_num_spec_tokens"]["int4"][0]
+    # --quick on a CPU adds the int4 rows; the file's map serves them too.
+    assert [r["label"] for r in payload["rows"]] == ["vanilla", "draft k=3", "fr-spec k=3 map=32", "int4 vanilla",
+                                                     f"int4 draft k={k}", f"int4 fr-spec k={k} map=32"]
 
 
 @pytest.mark.parametrize(

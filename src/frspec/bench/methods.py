@@ -4,6 +4,11 @@ A drafter drafts a chain or a token tree (frspec.decode.tree_shape.TreeShape). A
 tokens is `tree=None` and labelled by k ("draft k=3", the rows the bench had before trees); its static and dynamic
 trees, and every EAGLE shape including chains, carry their TreeShape, labelled by its text (`str(shape)`). The
 engine drafts both through the same step.
+
+A method may run on a quantized copy of the target and draft (`quant` "int4"/"int8": "int4 vanilla",
+"int4 fr-spec k=3 map=32768"); its greedy reference is that quantized target's own vanilla row, never the bf16
+one. `llama.cpp vanilla` is the peer row: the same GGUF decoded by llama.cpp, compared on speed (its tokens are
+a fidelity figure against frspec's int4 vanilla, not a correctness check: other kernels, other rounding).
 """
 
 from __future__ import annotations
@@ -19,7 +24,12 @@ DRAFT = "draft"
 FRSPEC = "fr-spec"
 EAGLE = "eagle"
 EAGLE_FRSPEC = "eagle+fr-spec"
-KINDS = (VANILLA, DRAFT, FRSPEC, EAGLE, EAGLE_FRSPEC)
+LLAMACPP = "llama.cpp"
+KINDS = (VANILLA, DRAFT, FRSPEC, EAGLE, EAGLE_FRSPEC, LLAMACPP)
+# Rows that decode with the target alone: reference levels, not drafters.
+TARGET_ONLY = (VANILLA, LLAMACPP)
+# The quantized target llama.cpp's row is compared with (a Q4_K_M GGUF is mostly int4 blocks).
+LLAMACPP_REFERENCE_QUANT = "int4"
 EAGLE_KINDS = (EAGLE, EAGLE_FRSPEC)
 # The same drafter with a token map (FR-Spec) and over its full vocabulary.
 WITH_MAP = {DRAFT: FRSPEC, EAGLE: EAGLE_FRSPEC}
@@ -40,15 +50,18 @@ class Method:
     num_spec_tokens: int | None = None
     token_map_size: int | None = None
     tree: TreeShape | None = None
+    quant: str | None = None  # the target's and draft's quantization ("int4", "int8"); None: as loaded
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown method kind {self.kind!r}")
-        if (self.kind == VANILLA) != (self.num_spec_tokens is None):
+        if self.kind == LLAMACPP and self.quant is not None:
+            raise ValueError("the llama.cpp row runs the GGUF's own quantization")
+        if (self.kind in TARGET_ONLY) != (self.num_spec_tokens is None):
             raise ValueError("num_spec_tokens is set exactly for the speculative methods")
         if (self.kind in WITHOUT_MAP) != (self.token_map_size is not None):
             raise ValueError("token_map_size is set exactly for fr-spec methods")
-        if self.kind == VANILLA and self.tree is not None:
+        if self.kind in TARGET_ONLY and self.tree is not None:
             raise ValueError("vanilla drafts no tree")
         if self.kind in EAGLE_KINDS and self.tree is None:
             raise ValueError("EAGLE methods draft trees: give the shape (TreeShape.chain for a chain)")
@@ -58,25 +71,30 @@ class Method:
             raise ValueError("num_spec_tokens must be the tree's depth")
 
     @classmethod
-    def drafting(cls, kind: str, shape: TreeShape, token_map_size: int | None = None) -> Method:
+    def drafting(cls, kind: str, shape: TreeShape, token_map_size: int | None = None, quant: str | None = None
+                 ) -> Method:
         """A speculative method drafting `shape`; a draft model's chain becomes its plain chain (tree=None)."""
         plain_chain = kind in (DRAFT, FRSPEC) and shape.kind == "chain"
-        return cls(kind, shape.depth, token_map_size, None if plain_chain else shape)
+        return cls(kind, shape.depth, token_map_size, None if plain_chain else shape, quant)
 
     @property
     def tree_label(self) -> str | None:
         """The drafted shape as the Tree column shows it (its text: "chain-4", "static-3x2", "dynamic-5x4x24");
         None for vanilla."""
-        if self.kind == VANILLA:
+        if self.kind in TARGET_ONLY:
             return None
         return str(self.tree if self.tree is not None else TreeShape.chain(self.num_spec_tokens))
 
     @property
     def label(self) -> str:
+        if self.kind == LLAMACPP:
+            return f"{LLAMACPP} {VANILLA}"
+        prefix = f"{self.quant} " if self.quant else ""
         if self.kind == VANILLA:
-            return VANILLA
+            return prefix + VANILLA
         shape = f"k={self.num_spec_tokens}" if self.tree is None else self.tree_label
-        return f"{self.kind} {shape}" + (f" map={self.token_map_size}" if self.token_map_size is not None else "")
+        return (f"{prefix}{self.kind} {shape}"
+                + (f" map={self.token_map_size}" if self.token_map_size is not None else ""))
 
     @property
     def uses_eagle(self) -> bool:
@@ -87,7 +105,15 @@ class Method:
         """The method FR-Spec is judged against: the same drafter and shape over the full vocabulary."""
         if self.kind not in WITHOUT_MAP:
             return None
-        return Method(WITHOUT_MAP[self.kind], self.num_spec_tokens, None, self.tree)
+        return Method(WITHOUT_MAP[self.kind], self.num_spec_tokens, None, self.tree, self.quant)
+
+    @property
+    def reference(self) -> Method:
+        """The vanilla row this method's greedy output is checked against: the same (quantized) target alone. For
+        llama.cpp, frspec's int4 vanilla on the same weights (agreement there is fidelity, not correctness)."""
+        if self.kind == LLAMACPP:
+            return Method(VANILLA, quant=LLAMACPP_REFERENCE_QUANT)
+        return Method(VANILLA, quant=self.quant)
 
 
 def _check_sizes(values: Sequence[int], option: str) -> None:
@@ -98,9 +124,11 @@ def _check_sizes(values: Sequence[int], option: str) -> None:
         raise FrspecError(f"{option} has duplicates: {list(values)}")
 
 
-def _with_maps(kind: str, shape: TreeShape, token_map_sizes: Sequence[int]) -> list[Method]:
+def _with_maps(kind: str, shape: TreeShape, token_map_sizes: Sequence[int], quant: str | None = None
+               ) -> list[Method]:
     """The drafter over its full vocabulary, then with each map (FR-Spec's speedup is measured against the first)."""
-    return [Method.drafting(kind, shape)] + [Method.drafting(WITH_MAP[kind], shape, s) for s in token_map_sizes]
+    return [Method.drafting(kind, shape, quant=quant)] + [Method.drafting(WITH_MAP[kind], shape, s, quant)
+                                                          for s in token_map_sizes]
 
 
 def plan_methods(
@@ -110,6 +138,7 @@ def plan_methods(
     draft_tree_shapes: Sequence[TreeShape] = (),
     eagle_tree_shapes: Sequence[TreeShape] = (),
     eagle_token_map_sizes: Sequence[int] = (),
+    quant: str | None = None,
 ) -> list[Method]:
     """Vanilla first; then with a draft model, for each num-spec-tokens and then each draft tree shape, the plain
     drafter followed by each FR-Spec map size; then for each EAGLE shape the head followed by each EAGLE map size.
@@ -120,11 +149,13 @@ def plan_methods(
     _check_sizes(num_spec_tokens, "--num-spec-tokens")
     _check_sizes(token_map_sizes, "--token-map-sizes")
     _check_sizes(eagle_token_map_sizes, "--eagle-token-map-sizes")
-    methods = [Method(VANILLA)]
+    if quant is not None and eagle_tree_shapes:
+        raise ValueError("EAGLE rows run on the unquantized target")
+    methods = [Method(VANILLA, quant=quant)]
     if has_draft:
         shapes = [TreeShape.chain(k) for k in num_spec_tokens] + list(draft_tree_shapes)
         for shape in shapes:
-            methods.extend(m for m in _with_maps(DRAFT, shape, token_map_sizes) if m not in methods)
+            methods.extend(m for m in _with_maps(DRAFT, shape, token_map_sizes, quant) if m not in methods)
     for shape in eagle_tree_shapes:
         methods.extend(m for m in _with_maps(EAGLE, shape, eagle_token_map_sizes) if m not in methods)
     return methods

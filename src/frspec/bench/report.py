@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from frspec.bench.plots import plot_vs_map_size
+from frspec.bench.plots import plot_row_costs, plot_vs_map_size
 from frspec.io import atomic_path
 
 # (row key, column title) in table order: the FR-Spec PR's columns (with the drafted shape beside the method), then
@@ -28,16 +28,20 @@ COLUMNS = [
     ("forward_ratio", "Forward Ratio"),
     ("speedup_vs_vanilla", "Speedup vs Vanilla"),
     ("speedup_vs_drafter", "Speedup vs Same Drafter w/o FR-Spec"),
+    ("speedup_vs_llamacpp", "Speedup vs llama.cpp"),
     ("lm_head_share", "Draft LM-Head Share"),
     ("greedy_identical", "Greedy Identical"),
 ]
 
 LEFT_ALIGNED = ("label", "tree")  # words; numbers align right
+OPTIONAL = ("speedup_vs_llamacpp",)  # shown only when some row has a value
 
 PLOTS = [
     ("decode_tokens_per_s", "Decoding throughput (tokens/s)", "throughput_vs_map_size.png"),
     ("acceptance_length", "Mean acceptance length", "acceptance_vs_map_size.png"),
 ]
+
+ROW_COSTS_PLOT = "row_costs.png"
 
 METHODOLOGY = """\
 - All methods run in one process on the same prompts (chat template applied) with the same max new tokens;
@@ -63,6 +67,14 @@ METHODOLOGY = """\
 - Greedy Identical: whether each greedy output equals vanilla's token for token; otherwise the number of prompts
   that differ. Each difference is listed with the target's top-1/top-2 logit margin at the first differing
   position: bf16 forwards over 1 and k+1 rows round differently, so near-ties can flip; fp32/fp64 must match.
+- Quantized rows ("int4 ...", "int8 ..."): the target and draft run on PyTorch's weight-only int4/int8 kernels
+  (docs/quantization.md), in the same interleaved loop as the other rows. Each quantized speculative row's greedy
+  identity and speedup are against that quantized target's own vanilla row ("int4 vanilla"), not the bf16 one: a
+  quantized target is another function; the quantized vanilla row's speedup is against the bf16 vanilla row.
+- llama.cpp vanilla: the same GGUF decoded greedily by llama.cpp (llama-cpp-python) on the same prompt token ids
+  and token budget, timed the same way. Its greedy identity is n/a (other kernels); how many of its tokens agree
+  with frspec int4 vanilla's is `reference_agreement` in the JSON. Speedup vs llama.cpp: ratio of decoding
+  throughputs against this row.
 """
 
 
@@ -70,7 +82,7 @@ def format_value(key: str, value: Any) -> str:
     """How a row value is shown in the terminal and Markdown tables ("-" for not applicable)."""
     if value is None:
         return "-"
-    if key in ("speedup_vs_vanilla", "speedup_vs_drafter"):
+    if key in ("speedup_vs_vanilla", "speedup_vs_drafter", "speedup_vs_llamacpp"):
         return f"{value:.2f}x"
     if key == "lm_head_share":
         return f"{100 * value:.1f}%"
@@ -81,11 +93,19 @@ def format_value(key: str, value: Any) -> str:
     return str(value)
 
 
-def table_cells(row: dict[str, Any]) -> list[str]:
-    """A row as table cells. The Method cell is the kind (vanilla/draft/fr-spec/eagle/eagle+fr-spec): shape, depth
-    and map size have columns."""
-    cells = [format_value(key, row.get(key)) for key, _ in COLUMNS]
-    cells[0] = str(row.get("method", cells[0]))
+def columns_for(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """COLUMNS without the optional ones no row fills."""
+    return [(k, n) for k, n in COLUMNS if k not in OPTIONAL or any(r.get(k) is not None for r in rows)]
+
+
+def table_cells(row: dict[str, Any], columns: Sequence[tuple[str, str]] = COLUMNS) -> list[str]:
+    """A row as table cells. The Method cell is the kind (vanilla/draft/fr-spec/eagle/eagle+fr-spec, prefixed by
+    the quantization, "int4 fr-spec"; "llama.cpp vanilla"): shape, depth and map size have columns."""
+    cells = [format_value(key, row.get(key)) for key, _ in columns]
+    if row.get("method") == "llama.cpp":
+        cells[0] = str(row.get("label", cells[0]))
+    else:
+        cells[0] = " ".join(x for x in (row.get("quant"), row.get("method", cells[0])) if x)
     return cells
 
 
@@ -102,9 +122,10 @@ def render_table(rows: Sequence[dict[str, Any]], title: str | None = None, conso
     from rich.table import Table
 
     table = Table(title=title, header_style="bold")
-    body = [table_cells(row) for row in rows]
+    columns = columns_for(rows)
+    body = [table_cells(row, columns) for row in rows]
     needed = 1
-    for i, (key, name) in enumerate(COLUMNS):
+    for i, (key, name) in enumerate(columns):
         header = textwrap.wrap(name, width=12, break_on_hyphens=False)
         width = max([len(line) for line in header] + [len(cells[i]) for cells in body])
         needed += width + 3
@@ -120,12 +141,13 @@ def render_table(rows: Sequence[dict[str, Any]], title: str | None = None, conso
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    columns = columns_for(rows)
     lines = [
-        "| " + " | ".join(name for _, name in COLUMNS) + " |",
-        "|" + "|".join(":---" if key in LEFT_ALIGNED else "---:" for key, _ in COLUMNS) + "|",
+        "| " + " | ".join(name for _, name in columns) + " |",
+        "|" + "|".join(":---" if key in LEFT_ALIGNED else "---:" for key, _ in columns) + "|",
     ]
     for row in rows:
-        lines.append("| " + " | ".join(table_cells(row)) + " |")
+        lines.append("| " + " | ".join(table_cells(row, columns)) + " |")
     return "\n".join(lines)
 
 
@@ -159,10 +181,11 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
     for section in meta.get("sections") or [meta]:
         where = f" (target `{section['target']}`)" if len(meta.get("sections") or ()) > 1 else ""
         lines.append(f"- Token maps{where}: {section.get('token_maps_source', '-')}")
-    lines += [
-        f"- Measured run time: {meta.get('run_time_s', 0):.1f} s (warm-up {meta.get('warmup_time_s', 0):.1f} s)",
-        "",
-    ]
+    lines.append(f"- Measured run time: {meta.get('run_time_s', 0):.1f} s (warm-up {meta.get('warmup_time_s', 0):.1f} s)")
+    if meta.get("load_average"):
+        lines.append("- Load average when the run ended (1/5/15 min): "
+                     + " / ".join(f"{x:.2f}" for x in meta["load_average"]))
+    lines.append("")
     groups = rows_by_target(payload["rows"])
     for target, rows in groups:
         if len(groups) > 1:
@@ -179,6 +202,16 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
                 f"| {d.get('target', '-')} | {d['method']} | {d['prompt_id']} | {d['position']} | "
                 f"{d['vanilla_token']} | {d['method_token']} | {d['top2_margin']:.4f} |"
             )
+        lines.append("")
+    curves = payload.get("row_costs_s") or {}
+    if curves:
+        lines += ["## Target forward cost against rows", "",
+                  "Median ms of one target forward over n new rows after a 128-token KV cache (5 timed after 2 "
+                  "warm-up forwards; bench/row_costs.py). Verifying k drafts is one forward over k + 1 rows.", "",
+                  "| Rows | " + " | ".join(curves) + " |", "|---:|" + "---:|" * len(curves)]
+        for n in sorted({int(n) for c in curves.values() for n in c}):
+            lines.append(f"| {n} | " + " | ".join(
+                f"{c[str(n)] * 1e3:.1f}" if str(n) in c else "-" for c in curves.values()) + " |")
         lines.append("")
     for name in plot_files:
         lines += [f"![{name}]({name})", ""]
@@ -228,6 +261,9 @@ def write_report(out_dir: str | os.PathLike, payload: dict[str, Any]) -> list[Pa
         for metric, ylabel, name in PLOTS:
             written.append(plot_vs_map_size(rows, metric, ylabel, out / name, vocab_size=vocab_size))
             plot_files.append(name)
+    if payload.get("row_costs_s"):
+        written.append(plot_row_costs(payload["row_costs_s"], out / ROW_COSTS_PLOT))
+        plot_files.append(ROW_COSTS_PLOT)
     written.append(write_json(out / "results.json", payload))
     written.append(write_csv(out / "results.csv", rows))
     written.append(write_markdown(out / "results.md", payload, plot_files))

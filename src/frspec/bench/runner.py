@@ -5,19 +5,22 @@ Fairness rules, so that differences in the table come from the methods and not f
   - every method gets the same prompts (token ids) and the same max_new_tokens;
   - each method has one short warm-up generation first, which is not measured;
   - methods are interleaved per prompt (prompt 1: all methods, prompt 2: all methods, ...), and the starting
-    method rotates from prompt to prompt, so a slow spell of the machine is spread over all methods.
+    method rotates from prompt to prompt, so a slow spell of the machine is spread over all methods;
+  - quantized rows (int4/int8 copies of the target and draft) and the llama.cpp peer row are interleaved with the
+    others in the same loop, so every row sees the same prompts and the same machine.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from types import SimpleNamespace
+from typing import Any, Mapping, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
-from frspec.bench.methods import VANILLA, Method
+from frspec.bench.methods import LLAMACPP, VANILLA, Method
 from frspec.models.eagle import EagleHead
 from frspec.decode.eagle_drafter import EagleDrafter
 from frspec.decode.sampling import SamplingParams
@@ -88,33 +91,65 @@ def top2_margin(model: torch.nn.Module, input_ids: Sequence[int]) -> float:
     return float(top[0] - top[1])
 
 
-def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict[int, TokenMap],
-                      draft_head_quant: str | None = None):
-    """One generator per method. Methods with the same drafter and map share one drafter (and so one pruned
-    LM-head copy): they run one after another, and a drafter resets its state for every request."""
-    from frspec.decode.factory import build_generator
+def _models_of(m: Method, target, draft, quantized: Mapping[str, tuple[Any, Any]]):
+    """(target, draft) a method runs on: the loaded pair, or its quantized copies."""
+    if m.quant is None:
+        return target, draft
+    if m.quant not in quantized:
+        raise ValueError(f"method {m.label} needs the {m.quant} target and draft")
+    return quantized[m.quant]
 
-    drafters = {}  # (uses EAGLE, map size) -> drafter
+
+class _PeerGenerator:
+    """The llama.cpp row behind the engine's generate() interface (greedy only)."""
+
+    def __init__(self, peer, eos_ids: set[int]):
+        self.peer, self.eos_ids = peer, eos_ids
+
+    def generate(self, input_ids, max_new_tokens, sampling):
+        if not sampling.is_greedy:
+            raise ValueError("the llama.cpp row decodes greedily only")
+        tokens, stats = self.peer.generate(input_ids[0].tolist(), max_new_tokens, self.eos_ids)
+        return SimpleNamespace(token_ids=tokens, stats=stats)
+
+
+def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict[int, TokenMap],
+                      draft_head_quant: str | None = None, quantized: Mapping[str, tuple[Any, Any]] = {},
+                      llamacpp=None):
+    """One generator per method. Methods with the same drafter and map share one drafter (and so one pruned
+    LM-head copy): they run one after another, and a drafter resets its state for every request. A quantized
+    row's drafter head (full or pruned) is quantized like its draft."""
+    from frspec.decode.factory import build_generator
+    from frspec.decode.stopping import default_eos_ids
+
+    drafters = {}  # (uses EAGLE, map size, quant) -> drafter
     generators = {}
     for m in methods:
+        if m.kind == LLAMACPP:
+            if llamacpp is None:
+                raise ValueError(f"method {m.label} needs a llama.cpp model")
+            generators[m] = _PeerGenerator(llamacpp, default_eos_ids(target, tokenizer))
+            continue
+        m_target, m_draft = _models_of(m, target, draft, quantized)
         if m.kind == VANILLA:
-            generators[m] = build_generator(target, tokenizer=tokenizer)
+            generators[m] = build_generator(m_target, tokenizer=tokenizer)
             continue
         if m.uses_eagle and eagle is None:
             raise ValueError(f"method {m.label} needs an EAGLE head")
-        if not m.uses_eagle and draft is None:
+        if not m.uses_eagle and m_draft is None:
             raise ValueError(f"method {m.label} needs a draft model")
-        key = (m.uses_eagle, m.token_map_size)
+        key = (m.uses_eagle, m.token_map_size, m.quant)
         if key not in drafters:
             token_map = token_maps[m.token_map_size] if m.token_map_size is not None else None
             # build_generator runs the vocabulary and tokenizer checks before the DraftVocab copies any rows.
             drafters[key] = build_generator(
-                target, draft=None if m.uses_eagle else draft, eagle=eagle if m.uses_eagle else None,
+                m_target, draft=None if m.uses_eagle else m_draft, eagle=eagle if m.uses_eagle else None,
                 token_map=token_map, num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer,
             ).drafter
-            quantize_drafter_head(drafters[key], draft_head_quant)  # after the FR-Spec rows were selected
+            # After the FR-Spec rows were selected.
+            quantize_drafter_head(drafters[key], m.quant if m.quant is not None else draft_head_quant)
         generators[m] = build_generator(
-            target, draft=drafters[key], num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer, tree=m.tree
+            m_target, draft=drafters[key], num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer, tree=m.tree
         )
     return generators
 
@@ -137,10 +172,14 @@ def run_benchmark(
     progress: bool = True,
     eagle: EagleHead | None = None,
     draft_head_quant: str | None = None,
+    quantized: Mapping[str, tuple[torch.nn.Module, torch.nn.Module | None]] = {},
+    llamacpp: Any = None,
 ) -> BenchResult:
     """Run `methods` on `prompts` (pairs of prompt id and chat-formatted token ids) and collect the results.
 
-    `draft` serves the draft and fr-spec methods, `eagle` (a head loaded for `target`) the eagle ones.
+    `draft` serves the draft and fr-spec methods, `eagle` (a head loaded for `target`) the eagle ones;
+    `quantized[q]` is the (target, draft) pair of the methods with quant q (the draft loaded with a float head),
+    `llamacpp` the peer model of the llama.cpp row (bench/llamacpp.py's LlamaCppGreedy, greedy only).
 
     With sampling, each prompt gets its own seed (sampling.seed + prompt index), the same for every method. With
     greedy decoding, every speculative output is compared to vanilla's and each difference is recorded with the
@@ -152,7 +191,8 @@ def run_benchmark(
     if len({pid for pid, _ in prompts}) != len(prompts):
         raise ValueError("prompt ids must be unique: results are matched across methods by prompt id")
     device = next(target.parameters()).device
-    generators = _build_generators(methods, target, draft, eagle, tokenizer, token_maps, draft_head_quant)
+    generators = _build_generators(methods, target, draft, eagle, tokenizer, token_maps, draft_head_quant,
+                                   quantized, llamacpp)
 
     # The bar counts token budgets (warm-ups included), so its ETA weighs a long generation more than a short one.
     warmup_tokens = min(warmup_tokens, max_new_tokens)
@@ -189,18 +229,21 @@ def run_benchmark(
         bar.close()
 
     if result.greedy:
-        result.divergences = find_divergences(target, result, dict(prompts))
+        result.divergences = find_divergences(target, result, dict(prompts), quantized)
     return result
 
 
-def find_divergences(target: torch.nn.Module, result: BenchResult, prompt_tokens: dict[str, list[int]]) -> list[Divergence]:
-    """Compare each greedy speculative output to vanilla's on the same prompt; measure the target's margin."""
-    vanilla = {g.prompt_id: g.token_ids for g in result.generations if g.method.kind == VANILLA}
+def find_divergences(target: torch.nn.Module, result: BenchResult, prompt_tokens: dict[str, list[int]],
+                     quantized: Mapping[str, tuple[torch.nn.Module, Any]] = {}) -> list[Divergence]:
+    """Compare each greedy speculative output to its reference vanilla row's (the same, possibly quantized,
+    target alone) on the same prompt; measure that target's margin. The llama.cpp row is not checked here (other
+    kernels: see `reference_agreement`)."""
+    reference = {(g.method, g.prompt_id): g.token_ids for g in result.generations if g.method.kind == VANILLA}
     found = []
     for g in result.generations:
-        if g.method.kind == VANILLA or g.prompt_id not in vanilla:
+        if g.method.kind in (VANILLA, LLAMACPP) or (g.method.reference, g.prompt_id) not in reference:
             continue
-        ref = vanilla[g.prompt_id]
+        ref = reference[(g.method.reference, g.prompt_id)]
         pos = first_difference(ref, g.token_ids)
         if pos is None:
             continue
@@ -212,7 +255,22 @@ def find_divergences(target: torch.nn.Module, result: BenchResult, prompt_tokens
                 position=pos,
                 vanilla_token=ref[pos] if pos < len(ref) else -1,
                 method_token=g.token_ids[pos] if pos < len(g.token_ids) else -1,
-                top2_margin=top2_margin(target, prefix),
+                top2_margin=top2_margin(_models_of(g.method, target, None, quantized)[0], prefix),
             )
         )
     return found
+
+
+def reference_agreement(result: BenchResult, method: Method) -> tuple[int, int] | None:
+    """(tokens before the first difference from the reference row, summed over prompts; tokens of the method):
+    how long the method's greedy output follows its reference's. None without the reference row."""
+    reference = {g.prompt_id: g.token_ids for g in result.generations_of(method.reference)}
+    if not reference:
+        return None
+    agree = total = 0
+    for g in result.generations_of(method):
+        if g.prompt_id in reference:
+            pos = first_difference(reference[g.prompt_id], g.token_ids)
+            agree += len(g.token_ids) if pos is None else pos
+            total += len(g.token_ids)
+    return agree, total

@@ -4,6 +4,10 @@ Rates and ratios come from totals over all prompts (`GenerationStats.aggregate`)
 its length; the per-prompt median speedups ride along for readers who prefer medians. Throughput is the stats
 record's `decode_tokens_per_s` (decode-step tokens per second after the prefill, the table's tok/s column) and
 speedups are ratios of it, measured side by side in the same process; `end_to_end_tokens_per_s` rides along.
+
+Quantized rows: a speculative row's reference (greedy identity, speedup vs vanilla) is its own quantized target's
+vanilla row; a quantized vanilla row and the llama.cpp row are compared with the unquantized vanilla row, and
+every row with the llama.cpp row when there is one.
 """
 
 from __future__ import annotations
@@ -11,8 +15,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from frspec.bench.methods import VANILLA, Method
-from frspec.bench.runner import BenchResult, Generation
+from frspec.bench.methods import LLAMACPP, TARGET_ONLY, VANILLA, Method
+from frspec.bench.runner import BenchResult, Generation, reference_agreement
 from frspec.decode.stats import GenerationStats
 
 
@@ -44,7 +48,6 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
     differing: dict[Method, set[str]] = {}
     for d in result.divergences:
         differing.setdefault(d.method, set()).add(d.prompt_id)
-    has_vanilla = any(m.kind == VANILLA for m in result.methods)
 
     rows: list[dict[str, Any]] = []
     throughput: dict[Method, float] = {}
@@ -54,18 +57,25 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
         throughput[m] = agg.decode_tokens_per_s
         if m.kind == VANILLA:
             correctness = "reference"
+        elif m.kind == LLAMACPP:
+            correctness = "n/a (llama.cpp)"  # other kernels: its agreement with int4 vanilla is in the JSON
         elif not result.greedy:
             correctness = "n/a (sampling)"
-        elif not has_vanilla:
+        elif m.reference not in result.methods:
             correctness = "n/a (no vanilla)"
         else:
             n = len(differing.get(m, ()))
             correctness = "yes" if n == 0 else f"{n} differ"
-        speculative = m.kind != VANILLA
+        speculative = m.kind not in TARGET_ONLY
+        agreement = reference_agreement(result, m) if result.greedy and m.kind != VANILLA else None
         rows.append(
             {
                 "label": m.label,
                 "method": m.kind,
+                "quant": m.quant,
+                "reference": m.reference.label if m.kind != VANILLA else None,
+                # Tokens before the first difference from the reference row (summed over prompts) / tokens.
+                "reference_agreement": list(agreement) if agreement else None,
                 "tree": m.tree_label,
                 "num_spec_tokens": m.num_spec_tokens,
                 "token_map_size": m.token_map_size,
@@ -94,12 +104,15 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
             }
         )
     vanilla = Method(VANILLA)
+    peer = next((m for m in result.methods if m.kind == LLAMACPP), None)
     for m, row in zip(result.methods, rows):
-        row["speedup_vs_vanilla"] = _ratio(throughput[m], throughput.get(vanilla)) if m != vanilla else None
+        base = vanilla if m.kind in TARGET_ONLY else m.reference  # a quantized vanilla row: against bf16's
+        row["speedup_vs_vanilla"] = _ratio(throughput[m], throughput.get(base)) if m != vanilla else None
+        row["speedup_vs_llamacpp"] = _ratio(throughput[m], throughput.get(peer)) if peer and m != peer else None
         baseline = m.same_drafter_without_frspec  # eagle+fr-spec: the same head and shape without the map
         row["speedup_vs_drafter"] = _ratio(throughput[m], throughput.get(baseline)) if baseline else None
         row["median_prompt_speedup_vs_vanilla"] = (
-            _median_prompt_speedup(result, m, vanilla) if m != vanilla and vanilla in throughput else None
+            _median_prompt_speedup(result, m, base) if m != vanilla and base in throughput else None
         )
         row["median_prompt_speedup_vs_drafter"] = (
             _median_prompt_speedup(result, m, baseline) if baseline in throughput else None

@@ -1,6 +1,7 @@
 """`frspec bench`: vanilla, draft-model, EAGLE and FR-Spec decoding side by side on real models and prompts.
 
-    frspec bench --quick --out bench-out                  # a few minutes on a 2-core CPU, every method kind
+    frspec bench --quick --out bench-out                  # a few minutes on a 2-core CPU, every method kind, the
+                                                          # int4 rows and llama.cpp (when installed)
     frspec bench --quick --eagle default --out bench-out  # plus EAGLE rows on the head's own target
     frspec bench --out bench-out                          # the full grid, for a GPU or a long CPU run
 """
@@ -8,13 +9,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from frspec.bench.eagle_heads import DEFAULT_EAGLE_TARGET, DEFAULT_HEAD
-from frspec.bench.methods import plan_methods
+from frspec.bench.methods import LLAMACPP, Method, plan_methods
 from frspec.commands.options import (
     add_device, add_dtype, add_quant_options, add_seed, add_threads, draft_load_options, draft_quant, target_quant,
 )
@@ -30,20 +33,50 @@ class Preset:
     token_map_sizes: tuple[int, ...]
     eagle_tree_shapes: tuple[TreeShape, ...]  # with --eagle
     eagle_token_map_sizes: tuple[int, ...]
+    # Quantized copies of target and draft benchmarked beside the main rows on a CPU (vanilla, draft, FR-Spec at
+    # quant_token_map_sizes), their chain length from the measured cost curve; and the llama.cpp row.
+    quant_rows: tuple[str, ...] = ()
+    quant_token_map_sizes: tuple[int, ...] = (32768,)
+    llamacpp: bool = False
+    # The target's forward cost against rows 1..row_costs for the main dtype and each of row_cost_quants.
+    row_costs: int = 16
+    row_cost_quants: tuple[str, ...] = ("int8", "int4")
 
 
 # --quick must finish on a 2-core CPU in under ~10 minutes including first-time model and map preparation
 # (bf16 target ~250 ms/token, draft ~100 ms/token there), yet still show vanilla, draft and FR-Spec rows. With
 # --eagle it adds a small EAGLE grid on the 0.5B target (~100 ms/token): a chain and one dynamic tree, each with
 # and without a 32k map, a minute or two more.
+# On a CPU it adds the int4 rows (int4 target + int4 draft, with and without the 32k map; ~10 tokens/s, a minute)
+# and llama.cpp vanilla on the same GGUF, the peer a CPU user compares against.
 QUICK = Preset(num_prompts=3, max_new_tokens=48, num_spec_tokens=(3,), token_map_sizes=(8192, 32768),
-               eagle_tree_shapes=(TreeShape.chain(4), TreeShape.dynamic(5, 4, 16)), eagle_token_map_sizes=(32768,))
+               eagle_tree_shapes=(TreeShape.chain(4), TreeShape.dynamic(5, 4, 16)), eagle_token_map_sizes=(32768,),
+               quant_rows=("int4",), llamacpp=True)
 # The default is the full grid of the FR-Spec paper's sizes: meant for a GPU, or an hour or more of CPU. Its
 # largest EAGLE tree is EAGLE-2's default (depth 5, top-10, 60 nodes).
 DEFAULT = Preset(num_prompts=16, max_new_tokens=256, num_spec_tokens=(1, 3, 5),
                  token_map_sizes=(8192, 16384, 32768, 65536),
                  eagle_tree_shapes=(TreeShape.chain(4), TreeShape.static(3, 2), TreeShape.dynamic(5, 10, 60)),
-                 eagle_token_map_sizes=(8192, 16384, 32768, 65536))
+                 eagle_token_map_sizes=(8192, 16384, 32768, 65536),
+                 quant_rows=("int4",), quant_token_map_sizes=(8192, 32768), llamacpp=True)
+# Quantized rows on CUDA (tinygemm int4; int8 only dequantized) are untested on a GPU: only on explicit request.
+CPU_ONLY_DEFAULTS = ("quant_rows", "llamacpp", "row_cost_quants")
+
+
+def _quant_list(text: str) -> tuple[str, ...]:
+    """--quant-rows: "int4", "int4,int8" or "none" (checked where used: a one-line error, not a usage block)."""
+    from frspec.models.quant import parse_quant
+
+    if text.strip().lower() == "none":
+        return ()
+    values = tuple(parse_quant(v) for v in text.replace(" ", "").split(",") if v)
+    if None in values or len(set(values)) != len(values):
+        raise FrspecError(f"--quant-rows: expected int4, int8, both comma-separated, or none; got {text!r}")
+    return values
+
+
+def _k_list(text: str) -> tuple[int, ...] | str:
+    return "auto" if text.strip().lower() == "auto" else _int_list(text)
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -102,6 +135,21 @@ def register(subparsers) -> None:
                    help="FR-Spec map sizes for the EAGLE head (quick "
                         f"{','.join(map(str, QUICK.eagle_token_map_sizes))}; default "
                         f"{','.join(map(str, DEFAULT.eagle_token_map_sizes))})")
+    p.add_argument("--quant-rows", default=None, metavar="Q,Q|none",
+                   help="also run vanilla, draft and FR-Spec rows on int4/int8 copies of target and draft, "
+                        "interleaved with the others; each checked against its own quantized vanilla row "
+                        "(default on a CPU: int4; on CUDA: none; with --quant: none)")
+    p.add_argument("--quant-num-spec-tokens", type=_k_list, default="auto", metavar="K,K|auto",
+                   help="draft lengths of the quantized rows (default: auto, the best chain on the measured cost "
+                        "curve)")
+    p.add_argument("--quant-token-map-sizes", type=_int_list, default=None, metavar="N,N,...",
+                   help="FR-Spec map sizes of the quantized rows (quick 32768; default 8192,32768)")
+    p.add_argument("--no-llamacpp", action="store_true",
+                   help="leave out the llama.cpp vanilla row (on by default on a CPU when llama-cpp-python is "
+                        "installed and the target is a GGUF or a default model)")
+    p.add_argument("--row-costs", type=int, default=None, metavar="N",
+                   help="measure the target's forward cost for 1..N rows for each weight format and plot it "
+                        "(default 16; 0 = off)")
     p.add_argument("--counts", default=None, metavar="FILE",
                    help="build the maps from this token-counts file instead of the default ShareGPT counts")
     add_dtype(p)
@@ -125,6 +173,9 @@ def register(subparsers) -> None:
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """Preset values with explicit options on top, validated."""
     preset = QUICK if args.quick else DEFAULT
+    on_cpu = str(args.device).startswith("cpu")
+    if not on_cpu or target_quant(args) is not None:  # --quant: the main rows are the quantized ones already
+        preset = dataclasses.replace(preset, quant_rows=(), llamacpp=False, row_cost_quants=())
 
     def pick(value, default):
         return value if value is not None else default
@@ -137,6 +188,14 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "draft_tree_shapes": (),
         "eagle_tree_shapes": (),
         "eagle_token_map_sizes": (),
+        "quant_rows": _quant_list(args.quant_rows) if args.quant_rows is not None else preset.quant_rows,
+        "quant_num_spec_tokens": args.quant_num_spec_tokens,
+        # Explicit --token-map-sizes serve the quantized rows too unless they have their own.
+        "quant_token_map_sizes": pick(args.quant_token_map_sizes,
+                                      pick(args.token_map_sizes, preset.quant_token_map_sizes)),
+        "llamacpp": preset.llamacpp and not args.no_llamacpp,
+        "row_costs": pick(args.row_costs, preset.row_costs),
+        "row_cost_quants": preset.row_cost_quants,
     }
     if args.draft_tree_shapes is not None:
         s["draft_tree_shapes"] = TreeShape.parse_list(args.draft_tree_shapes, "--draft-tree-shapes")
@@ -149,6 +208,13 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
                               ("--eagle-token-map-sizes", args.eagle_token_map_sizes)):
             if value is not None:
                 raise FrspecError(f"{option} configures the EAGLE rows: give --eagle HEAD too")
+    if s["quant_rows"] and target_quant(args) is not None:
+        raise FrspecError("--quant already quantizes every row: drop --quant-rows")
+    if s["row_costs"] < 0:
+        raise FrspecError(f"--row-costs must be >= 0, got {s['row_costs']}")
+    if args.quant_rows and not on_cpu:
+        print(f"frspec bench: note: quantized rows on {args.device} are untested on a GPU (int4: tinygemm; int8: "
+              "dequantized per call)", file=sys.stderr)
     if s["max_new_tokens"] < 1:
         raise FrspecError(f"--max-new-tokens must be >= 1, got {s['max_new_tokens']}")
     if args.warmup_tokens < 1:
@@ -162,6 +228,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     # Validates the lists before any slow work.
     plan_methods(s["num_spec_tokens"], s["token_map_sizes"], True, s["draft_tree_shapes"], s["eagle_tree_shapes"],
                  s["eagle_token_map_sizes"])
+    if s["quant_num_spec_tokens"] != "auto":
+        plan_methods(s["quant_num_spec_tokens"], s["quant_token_map_sizes"], True)
     return s
 
 
@@ -177,11 +245,15 @@ class Section:
     eagle_spec: str | None = None
     eagle_dir: str | None = None
     eagle: Any = None  # an EagleHead loaded for `target`
+    quantized: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict)  # quant -> (target, draft)
+    quant_num_spec_tokens: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    llamacpp: Any = None  # bench/llamacpp.py's LlamaCppGreedy on the target's GGUF
 
 
-def _load_sections(args: argparse.Namespace, say) -> list[Section]:
+def _load_sections(args: argparse.Namespace, settings: dict[str, Any], say) -> list[Section]:
     """Load each model once (the default 0.5B model is both the draft and the EAGLE target) and the EAGLE head;
-    EAGLE rows join the main table when their target is the main target, else they get their own."""
+    EAGLE rows join the main table when their target is the main target, else they get their own. The quantized
+    copies and the llama.cpp peer join the main section."""
     from pathlib import Path
 
     from frspec.bench.eagle_heads import resolve_eagle_head
@@ -209,6 +281,14 @@ def _load_sections(args: argparse.Namespace, say) -> list[Section]:
     main = Section(target_spec, dirs[target_spec], model(target_spec))
     if draft_spec:
         main.draft_spec, main.draft = draft_spec, model(draft_spec, draft=True)
+    for quant in settings["quant_rows"]:
+        say(f"loading the {quant} target" + (" and draft" if draft_spec else ""))
+        q_target = load_model(target_spec, dtype=args.dtype, device=args.device, quant=quant)
+        q_draft = (load_model(draft_spec, dtype=args.dtype, device=args.device, quant=quant, quantize_head=False)
+                   if draft_spec else None)  # the drafter quantizes its (pruned) head after picking the rows
+        main.quantized[quant] = (q_target, q_draft)
+    if settings["llamacpp"]:
+        main.llamacpp = _load_llamacpp(target_spec, say)
     sections = [main]
     if args.eagle:
         eagle_target = model(eagle_target_spec)
@@ -219,6 +299,58 @@ def _load_sections(args: argparse.Namespace, say) -> list[Section]:
             sections.append(Section(eagle_target_spec, dirs[eagle_target_spec], eagle_target,
                                     eagle_spec=args.eagle, eagle_dir=str(head_dir), eagle=head))
     return sections
+
+
+def _load_llamacpp(target_spec: str, say):
+    """The llama.cpp peer on the target's GGUF, or None with a one-line note why not."""
+    import torch
+
+    from frspec.bench import llamacpp
+
+    if not llamacpp.available():
+        say(f"note: no llama.cpp row: llama-cpp-python is not installed ({llamacpp.INSTALL_HINT})")
+        return None
+    try:
+        path = llamacpp.gguf_file(target_spec)
+    except FrspecError as e:
+        say(f"note: no llama.cpp row: {e}")
+        return None
+    say(f"loading llama.cpp on {path.name}")
+    return llamacpp.LlamaCppGreedy(path, threads=torch.get_num_threads())
+
+
+def _measure_row_costs(section: Section, settings: dict[str, Any], args: argparse.Namespace, say
+                       ) -> dict[str, dict[int, float]]:
+    """The target's forward cost against rows for the loaded weights and each quantized copy (a copy only needed
+    for the curve is loaded for it and dropped); then each quantized row's chain length from its curve."""
+    from frspec.bench.row_costs import ASSUMED_ACCEPTANCE, chain_length_from_curve, measure_row_costs
+    from frspec.models.loading import load_model
+
+    n = settings["row_costs"]
+    curves: dict[str, dict[int, float]] = {}
+    if n:
+        dtype = str(next(section.target.parameters()).dtype).removeprefix("torch.")
+        label = target_quant(args) or dtype
+        say(f"measuring the target's forward cost for 1..{n} rows ({label}"
+            + "".join(f", {q}" for q in dict.fromkeys((*settings["row_cost_quants"], *section.quantized))) + ")")
+        curves[label] = measure_row_costs(section.target, range(1, n + 1))
+        for quant in dict.fromkeys((*settings["row_cost_quants"], *section.quantized)):
+            if quant in section.quantized:
+                curves[quant] = measure_row_costs(section.quantized[quant][0], range(1, n + 1))
+            else:
+                extra = load_model(section.target_spec, dtype=args.dtype, device=args.device, quant=quant)
+                curves[quant] = measure_row_costs(extra, range(1, n + 1))
+                del extra
+    for quant, (target, draft) in section.quantized.items():
+        if settings["quant_num_spec_tokens"] != "auto":
+            section.quant_num_spec_tokens[quant] = tuple(settings["quant_num_spec_tokens"])
+        elif draft is not None:
+            costs = curves.get(quant) or measure_row_costs(target, range(1, 10), repeats=3, warmup=1)
+            k = chain_length_from_curve(costs, draft)
+            say(f"{quant} rows draft k={k}: the best chain on the measured cost curve (per-draft acceptance "
+                f"{ASSUMED_ACCEPTANCE} assumed)")
+            section.quant_num_spec_tokens[quant] = (k,)
+    return curves
 
 
 def _run_section(section: Section, settings: dict[str, Any], args: argparse.Namespace, prompts, sampling, say
@@ -235,27 +367,37 @@ def _run_section(section: Section, settings: dict[str, Any], args: argparse.Name
     vocab_size = check_same_vocab(target, section.draft) if section.draft is not None else vocab_size_of(target)
     draft_sizes = settings["token_map_sizes"] if section.draft is not None else ()
     eagle_sizes = settings["eagle_token_map_sizes"] if section.eagle is not None else ()
+    quant_sizes = settings["quant_token_map_sizes"] if section.quantized and section.draft is not None else ()
     token_maps, maps_source = {}, "none (no drafter)"
     if section.draft is not None or section.eagle is not None:
         token_maps, maps_source = resolve_token_maps(
-            tokenizer, vocab_size, sorted(set(draft_sizes) | set(eagle_sizes)), token_map_files=args.token_map,
+            tokenizer, vocab_size, sorted(set(draft_sizes) | set(eagle_sizes) | set(quant_sizes)),
+            token_map_files=args.token_map,
             counts_file=args.counts, progress=not args.no_progress,
         )
     if args.token_map:  # the files' maps serve every drafter
-        draft_sizes = eagle_sizes = tuple(token_maps)
+        draft_sizes = eagle_sizes = quant_sizes = tuple(token_maps)
     methods = plan_methods(
         settings["num_spec_tokens"], sorted(draft_sizes), has_draft=section.draft is not None,
         draft_tree_shapes=settings["draft_tree_shapes"],
         eagle_tree_shapes=settings["eagle_tree_shapes"] if section.eagle is not None else (),
         eagle_token_map_sizes=sorted(eagle_sizes),
     )
+    for quant in section.quantized:
+        methods += plan_methods(section.quant_num_spec_tokens.get(quant, ()), sorted(quant_sizes),
+                                has_draft=section.draft is not None, quant=quant)
+    if section.llamacpp is not None and sampling.is_greedy:
+        methods.append(Method(LLAMACPP))
+    elif section.llamacpp is not None:
+        say("note: no llama.cpp row: it decodes greedily only")
     encoded = [(p.id, encode_prompt(tokenizer, p)) for p in prompts]
     say(f"{section.target_spec}: {len(methods)} methods x {len(prompts)} prompts x {settings['max_new_tokens']} "
         "new tokens")
     result = run_benchmark(
         target, section.draft, tokenizer, encoded, methods, token_maps, settings["max_new_tokens"], sampling,
         warmup_tokens=args.warmup_tokens, progress=not args.no_progress, eagle=section.eagle,
-        draft_head_quant=draft_quant(args),
+        draft_head_quant=draft_quant(args), quantized=section.quantized,
+        llamacpp=section.llamacpp if sampling.is_greedy else None,
     )
     meta = {
         "target": section.target_spec,
@@ -263,6 +405,7 @@ def _run_section(section: Section, settings: dict[str, Any], args: argparse.Name
         "eagle_head": section.eagle_spec,
         "eagle_head_version": section.eagle.version if section.eagle is not None else None,
         "methods": [m.label for m in methods],
+        "quant_num_spec_tokens": {q: list(k) for q, k in section.quant_num_spec_tokens.items()},
         "vocab_size": vocab_size,
         "prompt_tokens": [len(ids) for _, ids in encoded],
         "token_maps_source": maps_source,
@@ -300,8 +443,9 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"frspec bench: {message}", file=sys.stderr, flush=True)
 
     start = time.perf_counter()
-    sections = _load_sections(args, say)
+    sections = _load_sections(args, settings, say)
     load_time = time.perf_counter() - start
+    row_costs = _measure_row_costs(sections[0], settings, args, say)
     decoding = "greedy" if sampling.is_greedy else (
         f"sampling (temperature {sampling.temperature}, top-k {sampling.top_k}, top-p {sampling.top_p}, "
         f"seed {sampling.seed})")
@@ -352,12 +496,15 @@ def run_bench(args: argparse.Namespace) -> int:
         "load_time_s": load_time,
         "warmup_time_s": sum(m["warmup_time_s"] for m in section_meta),
         "run_time_s": sum(m["run_time_s"] for m in section_meta),
+        # Other sessions may share the machine: the load average says how busy it was when the run ended.
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "sections": section_meta,
     }
     for d in divergences:
         say(f"{d['target']}: {d['method']} differs from vanilla on {d['prompt_id']} at token {d['position']} "
             f"(target top-2 logit margin there {d['top2_margin']:.4f})")
-    payload = {"meta": meta, "rows": rows, "divergences": divergences, "generations": generations}
+    payload = {"meta": meta, "rows": rows, "divergences": divergences, "generations": generations,
+               "row_costs_s": {label: {str(n): c for n, c in costs.items()} for label, costs in row_costs.items()}}
     written = write_report(args.out, payload)
     say(f"wrote {', '.join(str(p) for p in written)} ({time.perf_counter() - start:.0f}s in all)")
     return 0
