@@ -40,3 +40,19 @@ def test_generate_quantized_is_lossless_against_the_quantized_target(model_dirs,
     assert outputs["draft"]["token_ids"] == outputs["vanilla"]["token_ids"]
     with pytest.raises(SystemExit):
         cli.main(base[:-1] + ["int3"])
+
+
+def test_generate_chain_length_auto_follows_the_measured_curve(model_dirs, capsys):
+    """A quantized target with a draft model measures its chain length by default (or with `auto`); the output is
+    still the quantized target's own."""
+    base = ["generate", "--target", str(model_dirs / "target"), "--prompt", "hello there", "--max-new-tokens",
+            "10", "--dtype", "fp32", "--json", "--threads", "1", "--quant", "int4"]
+    assert cli.main(base) == 0
+    vanilla = json.loads(capsys.readouterr().out)
+    for extra in ([], ["--num-spec-tokens", "auto"]):
+        assert cli.main(base + ["--draft", str(model_dirs / "draft")] + extra) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["token_ids"] == vanilla["token_ids"]
+        assert 1 <= out["stats"]["num_spec_tokens"] <= 8
+    assert cli.main(base + ["--draft", str(model_dirs / "draft"), "--num-spec-tokens", "many"]) == 2
+    assert "--num-spec-tokens must be a number or auto" in capsys.readouterr().err

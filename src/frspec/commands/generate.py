@@ -27,8 +27,11 @@ def register(subparsers) -> None:
     p.add_argument("--draft", help="draft model (same forms; must share the target's vocabulary)")
     p.add_argument("--eagle", metavar="HEAD", help="EAGLE-1/2 or EAGLE-3 head for the target (directory or hub id)")
     p.add_argument("--token-map", metavar="FILE", help="FR-Spec token map restricting the draft's or head's LM head")
-    p.add_argument("--num-spec-tokens", type=int, default=4, metavar="K",
-                   help="drafted tokens per step, a chain (default: 4; the tree options replace it)")
+    p.add_argument("--num-spec-tokens", default=None, metavar="K|auto",
+                   help="drafted tokens per step, a chain; auto: the best chain on the target's cost per forward "
+                        "measured against rows on this machine (a few seconds; bench/row_costs.py). Default: auto "
+                        "for a quantized target drafted by a draft model (its kernels' cost jumps after a few rows), "
+                        "else 4. The tree options replace it")
     p.add_argument("--tree-depth", type=int, metavar="D", help="draft token trees D levels deep")
     p.add_argument("--tree-branching", type=int, metavar="B",
                    help="children per node of a static tree (default 1), or a dynamic tree's top-k per level")
@@ -60,6 +63,19 @@ def _read_prompt(args: argparse.Namespace) -> str:
     return read_text(args.prompt_file, "prompt file")
 
 
+def _num_spec_tokens(args: argparse.Namespace) -> int | None:
+    """--num-spec-tokens as a number, or None for "measure it" (auto, or the default with a quantized target)."""
+    value = args.num_spec_tokens
+    if value is None:
+        return None if target_quant(args) is not None else 4
+    if str(value).strip().lower() == "auto":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise FrspecError(f"--num-spec-tokens must be a number or auto, got {value!r}") from None
+
+
 def run_generate(args: argparse.Namespace) -> int:
     # Cheap checks first: nothing slow is loaded for a command that cannot run.
     from frspec.decode.factory import build_generator
@@ -70,7 +86,8 @@ def run_generate(args: argparse.Namespace) -> int:
         raise FrspecError("give --draft or --eagle, not both")
     if args.token_map and not (args.draft or args.eagle):
         raise FrspecError("--token-map restricts a draft model's LM head: give --draft (or --eagle) too")
-    tree = TreeShape.from_options(args.num_spec_tokens, args.tree_depth, args.tree_branching, args.tree_budget)
+    num_spec_tokens = _num_spec_tokens(args)
+    tree = TreeShape.from_options(4 if num_spec_tokens is None else num_spec_tokens, args.tree_depth, args.tree_branching, args.tree_budget)
     if args.tree_depth is not None and not (args.draft or args.eagle):
         raise FrspecError("token trees are drafted by a drafter: give --draft or --eagle too")
     eagle = None
@@ -97,8 +114,14 @@ def run_generate(args: argparse.Namespace) -> int:
     target = load_model(args.target, dtype=args.dtype, device=args.device, quant=target_quant(args))
     draft = load_model(args.draft, dtype=args.dtype, device=args.device, **draft_load_options(args)) if args.draft else None
     token_map = TokenMap.load(args.token_map, vocab_size=vocab_size_of(target)) if args.token_map else None
+    if num_spec_tokens is None and draft is not None and args.tree_depth is None:
+        from frspec.bench.row_costs import auto_chain_length
+
+        num_spec_tokens = auto_chain_length(target, draft)
+        tree = TreeShape.chain(num_spec_tokens)
+    num_spec_tokens = 4 if num_spec_tokens is None else num_spec_tokens
     drafted = tree if (args.draft or args.eagle) else None  # vanilla drafts nothing
-    generator = build_generator(target, draft, token_map, args.num_spec_tokens, tokenizer, eagle=eagle, tree=drafted)
+    generator = build_generator(target, draft, token_map, num_spec_tokens, tokenizer, eagle=eagle, tree=drafted)
     from frspec.models.quant import quantize_drafter_head
 
     quantize_drafter_head(generator.drafter, draft_quant(args))
