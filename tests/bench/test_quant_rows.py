@@ -185,3 +185,18 @@ def test_cli_bad_quant_options_are_one_line_errors(tiny_dirs, tmp_path, capsys, 
                  "--out", str(tmp_path / "o"), "--no-progress", *extra])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
+
+
+# The tiny models' hidden size 48 is no multiple of the int4 group (32): their int4 layers take int8 instead.
+@pytest.mark.parametrize("head, expected", [({}, ("Int4Linear", "Int8Linear")), ({"int4": None}, ("Linear",)),
+                                            ({"int4": "int8"}, ("Int8Linear",))])
+def test_quantized_rows_drafter_head_follows_the_row_or_the_option(tiny_dirs, head, expected):
+    from frspec.bench.runner import _build_generators
+
+    target, draft, quantized, tok = _pairs(tiny_dirs)
+    maps = {64: TokenMap.from_counts(count_tokens(tok, CORPUS, vocab_size=VOCAB), top_k=64)}
+    methods = plan_methods([2], [64], quant="int4")
+    generators = _build_generators(methods, target, draft, None, tok, maps, quantized={"int4": quantized},
+                                   quant_draft_heads=head)
+    for m in methods[1:]:  # the full head and the pruned one
+        assert type(generators[m].drafter.vocab.head).__name__ in expected

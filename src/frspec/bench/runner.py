@@ -115,10 +115,10 @@ class _PeerGenerator:
 
 def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict[int, TokenMap],
                       draft_head_quant: str | None = None, quantized: Mapping[str, tuple[Any, Any]] = {},
-                      llamacpp=None):
+                      llamacpp=None, quant_draft_heads: Mapping[str, str | None] = {}):
     """One generator per method. Methods with the same drafter and map share one drafter (and so one pruned
     LM-head copy): they run one after another, and a drafter resets its state for every request. A quantized
-    row's drafter head (full or pruned) is quantized like its draft."""
+    row's drafter head (full or pruned) is quantized like its draft, or as quant_draft_heads[quant] says."""
     from frspec.decode.factory import build_generator
     from frspec.decode.stopping import default_eos_ids
 
@@ -147,7 +147,8 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
                 token_map=token_map, num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer,
             ).drafter
             # After the FR-Spec rows were selected.
-            quantize_drafter_head(drafters[key], m.quant if m.quant is not None else draft_head_quant)
+            head_quant = quant_draft_heads.get(m.quant, m.quant) if m.quant is not None else draft_head_quant
+            quantize_drafter_head(drafters[key], head_quant)
         generators[m] = build_generator(
             m_target, draft=drafters[key], num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer, tree=m.tree
         )
@@ -174,12 +175,14 @@ def run_benchmark(
     draft_head_quant: str | None = None,
     quantized: Mapping[str, tuple[torch.nn.Module, torch.nn.Module | None]] = {},
     llamacpp: Any = None,
+    quant_draft_heads: Mapping[str, str | None] = {},
 ) -> BenchResult:
     """Run `methods` on `prompts` (pairs of prompt id and chat-formatted token ids) and collect the results.
 
     `draft` serves the draft and fr-spec methods, `eagle` (a head loaded for `target`) the eagle ones;
     `quantized[q]` is the (target, draft) pair of the methods with quant q (the draft loaded with a float head),
-    `llamacpp` the peer model of the llama.cpp row (bench/llamacpp.py's LlamaCppGreedy, greedy only).
+    `llamacpp` the peer model of the llama.cpp row (bench/llamacpp.py's LlamaCppGreedy, greedy only);
+    `quant_draft_heads[q]` the quantization of the q rows' drafter heads when not q itself (None: kept float).
 
     With sampling, each prompt gets its own seed (sampling.seed + prompt index), the same for every method. With
     greedy decoding, every speculative output is compared to vanilla's and each difference is recorded with the
@@ -192,7 +195,7 @@ def run_benchmark(
         raise ValueError("prompt ids must be unique: results are matched across methods by prompt id")
     device = next(target.parameters()).device
     generators = _build_generators(methods, target, draft, eagle, tokenizer, token_maps, draft_head_quant,
-                                   quantized, llamacpp)
+                                   quantized, llamacpp, quant_draft_heads)
 
     # The bar counts token budgets (warm-ups included), so its ETA weighs a long generation more than a short one.
     warmup_tokens = min(warmup_tokens, max_new_tokens)

@@ -19,7 +19,8 @@ from typing import Any
 from frspec.bench.eagle_heads import DEFAULT_EAGLE_TARGET, DEFAULT_HEAD
 from frspec.bench.methods import LLAMACPP, Method, plan_methods
 from frspec.commands.options import (
-    add_device, add_dtype, add_quant_options, add_seed, add_threads, draft_load_options, draft_quant, target_quant,
+    QUANT_CHOICES, add_device, add_dtype, add_quant_options, add_seed, add_threads, draft_load_options, draft_quant,
+    target_quant,
 )
 from frspec.errors import FrspecError
 from frspec.decode.tree_shape import SYNTAX, TreeShape, shapes_text
@@ -144,6 +145,9 @@ def register(subparsers) -> None:
                         "curve)")
     p.add_argument("--quant-token-map-sizes", type=_int_list, default=None, metavar="N,N,...",
                    help="FR-Spec map sizes of the quantized rows (quick 32768; default 8192,32768)")
+    p.add_argument("--quant-draft-head", default=None, choices=QUANT_CHOICES,
+                   help="the quantized rows' drafter LM head (full or FR-Spec pruned): int4, int8 or none (kept in "
+                        "--dtype); default: as the row's quantization")
     p.add_argument("--no-llamacpp", action="store_true",
                    help="leave out the llama.cpp vanilla row (on by default on a CPU when llama-cpp-python is "
                         "installed and the target is a GGUF or a default model)")
@@ -360,6 +364,7 @@ def _run_section(section: Section, settings: dict[str, Any], args: argparse.Name
     from frspec.bench.runner import run_benchmark
     from frspec.bench.token_maps import resolve_token_maps
     from frspec.models.loading import check_same_vocab, vocab_size_of
+    from frspec.models.quant import parse_quant
     from frspec.models.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(section.target_dir)
@@ -397,6 +402,8 @@ def _run_section(section: Section, settings: dict[str, Any], args: argparse.Name
         target, section.draft, tokenizer, encoded, methods, token_maps, settings["max_new_tokens"], sampling,
         warmup_tokens=args.warmup_tokens, progress=not args.no_progress, eagle=section.eagle,
         draft_head_quant=draft_quant(args), quantized=section.quantized,
+        quant_draft_heads=({q: parse_quant(args.quant_draft_head) for q in section.quantized}
+                           if args.quant_draft_head is not None else {}),
         llamacpp=section.llamacpp if sampling.is_greedy else None,
     )
     meta = {
@@ -406,6 +413,7 @@ def _run_section(section: Section, settings: dict[str, Any], args: argparse.Name
         "eagle_head_version": section.eagle.version if section.eagle is not None else None,
         "methods": [m.label for m in methods],
         "quant_num_spec_tokens": {q: list(k) for q, k in section.quant_num_spec_tokens.items()},
+        "quant_draft_head": args.quant_draft_head or "as the row",
         "vocab_size": vocab_size,
         "prompt_tokens": [len(ids) for _, ids in encoded],
         "token_maps_source": maps_source,
