@@ -130,7 +130,6 @@ def test_cli_bench_end_to_end(tiny_dirs, tmp_path, capsys):
         "bench", "--target", str(target_dir), "--draft", str(draft_dir), "--dtype", "fp64", "--threads", "1",
         "--num-prompts", "2", "--max-new-tokens", "12", "--num-spec-tokens", "1,3", "--token-map-sizes", "16,64",
         "--counts", str(counts_path), "--out", str(out), "--no-progress",
-        "--quant-rows", "none", "--no-llamacpp", "--row-costs", "0",  # those rows: tests/bench/test_quant_rows.py
     ])
     torch.set_num_threads(threads)
     assert code == 0

@@ -35,7 +35,8 @@ class Preset:
     eagle_tree_shapes: tuple[TreeShape, ...]  # with --eagle
     eagle_token_map_sizes: tuple[int, ...]
     # Quantized copies of target and draft benchmarked beside the main rows on a CPU (vanilla, draft, FR-Spec at
-    # quant_token_map_sizes), their chain length from the measured cost curve; and the llama.cpp row.
+    # quant_token_map_sizes), their chain length from the measured cost curve; and the llama.cpp row. The quick
+    # preset (the CPU one) has them; the full grid gets them with --quant-rows (llama.cpp then too).
     quant_rows: tuple[str, ...] = ()
     quant_token_map_sizes: tuple[int, ...] = (32768,)
     llamacpp: bool = False
@@ -58,10 +59,7 @@ QUICK = Preset(num_prompts=3, max_new_tokens=48, num_spec_tokens=(3,), token_map
 DEFAULT = Preset(num_prompts=16, max_new_tokens=256, num_spec_tokens=(1, 3, 5),
                  token_map_sizes=(8192, 16384, 32768, 65536),
                  eagle_tree_shapes=(TreeShape.chain(4), TreeShape.static(3, 2), TreeShape.dynamic(5, 10, 60)),
-                 eagle_token_map_sizes=(8192, 16384, 32768, 65536),
-                 quant_rows=("int4",), quant_token_map_sizes=(8192, 32768), llamacpp=True)
-# Quantized rows on CUDA (tinygemm int4; int8 only dequantized) are untested on a GPU: only on explicit request.
-CPU_ONLY_DEFAULTS = ("quant_rows", "llamacpp", "row_cost_quants")
+                 eagle_token_map_sizes=(8192, 16384, 32768, 65536), row_costs=0, row_cost_quants=())
 
 
 def _quant_list(text: str) -> tuple[str, ...]:
@@ -139,7 +137,8 @@ def register(subparsers) -> None:
     p.add_argument("--quant-rows", default=None, metavar="Q,Q|none",
                    help="also run vanilla, draft and FR-Spec rows on int4/int8 copies of target and draft, "
                         "interleaved with the others; each checked against its own quantized vanilla row "
-                        "(default on a CPU: int4; on CUDA: none; with --quant: none)")
+                        "(--quick on a CPU: int4; otherwise none; with --quant: none). On a CPU the llama.cpp row "
+                        "comes with them")
     p.add_argument("--quant-num-spec-tokens", type=_k_list, default="auto", metavar="K,K|auto",
                    help="draft lengths of the quantized rows (default: auto, the best chain on the measured cost "
                         "curve)")
@@ -178,6 +177,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """Preset values with explicit options on top, validated."""
     preset = QUICK if args.quick else DEFAULT
     on_cpu = str(args.device).startswith("cpu")
+    # Quantized rows on CUDA (tinygemm int4; int8 only dequantized per call) are untested on a GPU: only on request.
     if not on_cpu or target_quant(args) is not None:  # --quant: the main rows are the quantized ones already
         preset = dataclasses.replace(preset, quant_rows=(), llamacpp=False, row_cost_quants=())
 
@@ -197,7 +197,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         # Explicit --token-map-sizes serve the quantized rows too unless they have their own.
         "quant_token_map_sizes": pick(args.quant_token_map_sizes,
                                       pick(args.token_map_sizes, preset.quant_token_map_sizes)),
-        "llamacpp": preset.llamacpp and not args.no_llamacpp,
+        "llamacpp": False,
         "row_costs": pick(args.row_costs, preset.row_costs),
         "row_cost_quants": preset.row_cost_quants,
     }
@@ -212,6 +212,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
                               ("--eagle-token-map-sizes", args.eagle_token_map_sizes)):
             if value is not None:
                 raise FrspecError(f"{option} configures the EAGLE rows: give --eagle HEAD too")
+    s["llamacpp"] = (preset.llamacpp or (on_cpu and bool(s["quant_rows"]))) and not args.no_llamacpp
     if s["quant_rows"] and target_quant(args) is not None:
         raise FrspecError("--quant already quantizes every row: drop --quant-rows")
     if s["row_costs"] < 0:
