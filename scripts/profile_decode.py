@@ -66,6 +66,9 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--compile", action="store_true", help="also time torch.compile'd forward")
+    p.add_argument("--static", action="store_true",
+                   help="compile for the one shape timed (dynamic=False): a ceiling, since real decoding grows the "
+                        "cache every step")
     p.add_argument("--out", default=None)
     args = p.parse_args()
     set_threads(args.threads)
@@ -94,7 +97,8 @@ def main() -> int:
               "top_ops": [(e.key, e.self_cpu_time_total / 1e3 / args.steps, e.count // args.steps)
                           for e in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:15]]}
     if args.compile:
-        compiled = torch.compile(model.forward, dynamic=True)
+        compiled = torch.compile(model.forward, dynamic=not args.static)
+        report["compile_dynamic"] = not args.static
         eager_forward = model.forward
         model.forward = compiled
         start = time.perf_counter()

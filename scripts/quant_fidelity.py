@@ -10,6 +10,8 @@ Teacher-forced over the same token sequence, in chunks, each quantized model is 
   - mean |log p_q(x) - log p_ref(x)| of the actual next tokens, and mean KL(ref || q) per position;
   - greedy agreement: the tokens each quantized model generates greedily (fp32 activations) before its first
     difference from the reference's greedy output, over a few MT-Bench prompts.
+With llama-cpp-python installed, llama.cpp on the same GGUF is compared the same way (its logits over the same
+chunks, its greedy tokens), against the reference and against frspec int4 (same Q4_K blocks, other kernels).
 """
 
 from __future__ import annotations
@@ -59,6 +61,45 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
     return build_generator(model).generate(input_ids=prompt, max_new_tokens=n, eos_token_ids=[]).token_ids
 
 
+def compare(ref: torch.Tensor, lp: torch.Tensor, targets: torch.Tensor) -> dict:
+    """Top-1 agreement, mean |log-prob difference| of the actual next tokens and mean KL(ref || lp)."""
+    picked_ref = ref.gather(1, targets[:, None])[:, 0]
+    picked = lp.gather(1, targets[:, None])[:, 0]
+    return {"top1_agreement": float((ref.argmax(-1) == lp.argmax(-1)).float().mean()),
+            "mean_abs_logprob_diff": float((picked - picked_ref).abs().mean()),
+            "mean_kl": float((ref.exp() * (ref - lp)).sum(-1).mean())}
+
+
+def compare_llamacpp(args, tokenizer, ids, prompts, ref, ref_greedy, int4) -> dict:
+    """llama.cpp on the target's GGUF, teacher-forced over the same chunks and greedy on the same prompts."""
+    from frspec.bench import llamacpp
+    from frspec.bench.runner import first_difference
+
+    peer = llamacpp.LlamaCppGreedy(llamacpp.gguf_file(args.target), args.threads, n_ctx=max(args.chunk + 1, 512),
+                                   logits_all=True)
+    out = []
+    for start in range(0, len(ids) - 1, args.chunk):
+        piece = ids[start : start + args.chunk + 1]
+        out.append(torch.log_softmax(torch.from_numpy(peer.teacher_forced_logits(piece[:-1])), -1))
+    lp = torch.cat(out)[:, : ref.shape[1]]
+    targets = torch.tensor(ids[1:])
+    gens = [peer.generate(pr, args.greedy_tokens, set())[0] for pr in prompts]
+
+    def agreement(refs):
+        counts = []
+        for a, b in zip(refs, gens):
+            pos = first_difference(a, b)
+            counts.append(len(a) if pos is None else pos)
+        return counts
+
+    result = {"vs_reference": compare(ref, lp, targets), "greedy_tokens_before_first_difference": agreement(ref_greedy),
+              "greedy_tokens_per_prompt": args.greedy_tokens}
+    if int4 is not None:
+        result["vs_frspec_int4"] = compare(int4[0], lp, targets)
+        result["greedy_tokens_before_first_difference_from_frspec_int4"] = agreement(int4[1])
+    return result
+
+
 def main() -> int:
     from frspec.bench.datasets import encode_prompt, even_spread, load_prompts
     from frspec.bench.environment import git_commit, machine_info
@@ -75,6 +116,7 @@ def main() -> int:
     p.add_argument("--greedy-tokens", type=int, default=48)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quants", default="int4,int8")
+    p.add_argument("--no-llamacpp", action="store_true")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     set_threads(args.threads)
@@ -88,6 +130,7 @@ def main() -> int:
     del ref_model
     targets = torch.tensor(ids[1:])
     results = {}
+    kept = {}  # quant -> (log-probs, greedy outputs), to compare llama.cpp with frspec int4
     for quant in args.quants.split(","):
         model = load_model(args.target, dtype="fp32", quant=quant)
         lp = log_probs(model, ids, args.chunk)
@@ -111,6 +154,13 @@ def main() -> int:
             "greedy_tokens_per_prompt": args.greedy_tokens,
         }
         print(quant, json.dumps(results[quant]), file=sys.stderr, flush=True)
+        if quant == "int4":
+            kept[quant] = (lp, gens)
+    from frspec.bench import llamacpp
+
+    if not args.no_llamacpp and llamacpp.available():
+        results["llama.cpp"] = compare_llamacpp(args, tokenizer, ids, prompts, ref, ref_greedy, kept.get("int4"))
+        print("llama.cpp", json.dumps(results["llama.cpp"]), file=sys.stderr, flush=True)
     payload = {"commit": git_commit(), "machine": machine_info(), "target": args.target,
                "held_out": f"ShareGPT records from 16,000 on (first 2 turns each, chat template), {len(ids)} tokens",
                "reference": "bf16 cache of the GGUF, run in fp32", "activations": "fp32", "results": results,

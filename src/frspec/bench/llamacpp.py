@@ -55,10 +55,11 @@ def gguf_file(spec: str, cache_dir: str | os.PathLike | None = None) -> Path:
 class LlamaCppGreedy:
     """One llama.cpp model decoding greedily from token ids."""
 
-    def __init__(self, gguf_path: str | os.PathLike, threads: int, n_ctx: int = 4096, repack: bool = True):
+    def __init__(self, gguf_path: str | os.PathLike, threads: int, n_ctx: int = 4096, repack: bool = True,
+                 logits_all: bool = False):
         """`repack=False` turns off llama.cpp's "extra buffer types" (weights repacked for its AMX or AVX
         interleaved kernels): the escape hatch for a build whose AMX path a VM cannot run (SIGILL), at some cost
-        to llama.cpp's speed."""
+        to llama.cpp's speed. `logits_all` keeps every position's logits, for `teacher_forced_logits`."""
         if not available():
             raise FrspecError(f"the llama.cpp row needs llama-cpp-python: {INSTALL_HINT}")
         import llama_cpp.llama as llama_module
@@ -74,7 +75,7 @@ class LlamaCppGreedy:
         llama_module.llama_cpp.llama_model_default_params = params  # Llama() reads its model params from here
         try:
             self.llm = Llama(model_path=str(gguf_path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                             n_batch=512, verbose=False)
+                             n_batch=512, logits_all=logits_all, verbose=False)
         finally:
             llama_module.llama_cpp.llama_model_default_params = defaults
 
@@ -99,3 +100,12 @@ class LlamaCppGreedy:
             prefill_time_s=(first or end) - start, target_time_s=end - (first or end), wall_time_s=end - start,
         )
         return tokens, stats
+
+    def teacher_forced_logits(self, ids: Sequence[int]):
+        """[len(ids), vocab] float32 numpy logits of the next token after each prefix of `ids`, from one
+        evaluation of them (needs logits_all=True and len(ids) <= n_ctx)."""
+        import numpy as np
+
+        self.llm.reset()
+        self.llm.eval(list(ids))
+        return np.array(self.llm.scores[: len(ids)], dtype=np.float32)

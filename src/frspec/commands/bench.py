@@ -143,7 +143,7 @@ def register(subparsers) -> None:
                    help="draft lengths of the quantized rows (default: auto, the best chain on the measured cost "
                         "curve)")
     p.add_argument("--quant-token-map-sizes", type=_int_list, default=None, metavar="N,N,...",
-                   help="FR-Spec map sizes of the quantized rows (quick 32768; default 8192,32768)")
+                   help="FR-Spec map sizes of the quantized rows (default: --token-map-sizes when given, else 32768)")
     p.add_argument("--quant-draft-head", default=None, choices=QUANT_CHOICES,
                    help="the quantized rows' drafter LM head (full or FR-Spec pruned): int4, int8 or none (kept in "
                         "--dtype); default: as the row's quantization")
@@ -152,7 +152,7 @@ def register(subparsers) -> None:
                         "installed and the target is a GGUF or a default model)")
     p.add_argument("--row-costs", type=int, default=None, metavar="N",
                    help="measure the target's forward cost for 1..N rows for each weight format and plot it "
-                        "(default 16; 0 = off)")
+                        f"(quick {QUICK.row_costs}; otherwise 0 = off)")
     p.add_argument("--counts", default=None, metavar="FILE",
                    help="build the maps from this token-counts file instead of the default ShareGPT counts")
     add_dtype(p)
@@ -217,7 +217,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         raise FrspecError("--quant already quantizes every row: drop --quant-rows")
     if s["row_costs"] < 0:
         raise FrspecError(f"--row-costs must be >= 0, got {s['row_costs']}")
-    if args.quant_rows and not on_cpu:
+    if s["quant_rows"] and not on_cpu:
         print(f"frspec bench: note: quantized rows on {args.device} are untested on a GPU (int4: tinygemm; int8: "
               "dequantized per call)", file=sys.stderr)
     if s["max_new_tokens"] < 1:
