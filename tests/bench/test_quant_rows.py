@@ -200,3 +200,28 @@ def test_quantized_rows_drafter_head_follows_the_row_or_the_option(tiny_dirs, he
                                    quant_draft_heads=head)
     for m in methods[1:]:  # the full head and the pruned one
         assert type(generators[m].drafter.vocab.head).__name__ in expected
+
+
+def test_quick_preset_adds_quantized_rows_on_a_cpu_only():
+    """On CUDA (untested on a GPU here) the quantized rows and llama.cpp are only run when asked for."""
+    import argparse
+
+    from frspec.commands.bench import _settings, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+
+    def settings(*extra):
+        return _settings(parser.parse_args(["bench", "--quick", *extra]))
+
+    cpu = settings()
+    assert cpu["quant_rows"] == ("int4",) and cpu["llamacpp"] and cpu["row_costs"] == 16
+    assert cpu["row_cost_quants"] == ("int8", "int4")
+    cuda = settings("--device", "cuda")
+    assert cuda["quant_rows"] == () and not cuda["llamacpp"] and cuda["row_cost_quants"] == ()
+    assert settings("--device", "cuda", "--quant-rows", "int4")["quant_rows"] == ("int4",)
+    assert settings("--quant", "int4")["quant_rows"] == ()  # every row is int4 already
+    off = settings("--quant-rows", "none", "--no-llamacpp")
+    assert off["quant_rows"] == () and not off["llamacpp"]
+    full = _settings(parser.parse_args(["bench"]))
+    assert full["quant_rows"] == () and not full["llamacpp"] and full["row_costs"] == 0
