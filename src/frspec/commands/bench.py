@@ -258,7 +258,7 @@ class Section:
 def _load_sections(args: argparse.Namespace, settings: dict[str, Any], say) -> list[Section]:
     """Load each model once (the default 0.5B model is both the draft and the EAGLE target) and the EAGLE head;
     EAGLE rows join the main table when their target is the main target, else they get their own. The quantized
-    copies and the llama.cpp peer join the main section."""
+    copies join the main section (the llama.cpp peer too, loaded later by run_bench)."""
     from pathlib import Path
 
     from frspec.bench.eagle_heads import resolve_eagle_head
@@ -292,8 +292,6 @@ def _load_sections(args: argparse.Namespace, settings: dict[str, Any], say) -> l
         q_draft = (load_model(draft_spec, dtype=args.dtype, device=args.device, quant=quant, quantize_head=False)
                    if draft_spec else None)  # the drafter quantizes its (pruned) head after picking the rows
         main.quantized[quant] = (q_target, q_draft)
-    if settings["llamacpp"]:
-        main.llamacpp = _load_llamacpp(target_spec, say)
     sections = [main]
     if args.eagle:
         eagle_target = model(eagle_target_spec)
@@ -455,6 +453,8 @@ def run_bench(args: argparse.Namespace) -> int:
     sections = _load_sections(args, settings, say)
     load_time = time.perf_counter() - start
     row_costs = _measure_row_costs(sections[0], settings, args, say)
+    if settings["llamacpp"]:  # after the curve: llama.cpp's thread pool stays out of those timings
+        sections[0].llamacpp = _load_llamacpp(sections[0].target_spec, say)
     decoding = "greedy" if sampling.is_greedy else (
         f"sampling (temperature {sampling.temperature}, top-k {sampling.top_k}, top-p {sampling.top_p}, "
         f"seed {sampling.seed})")
