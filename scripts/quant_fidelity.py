@@ -11,7 +11,8 @@ Teacher-forced over the same token sequence, in chunks, each quantized model is 
   - greedy agreement: the tokens each quantized model generates greedily (fp32 activations) before its first
     difference from the reference's greedy output, over a few MT-Bench prompts.
 With llama-cpp-python installed, llama.cpp on the same GGUF is compared the same way (its logits over the same
-chunks, its greedy tokens), against the reference and against frspec int4 (same Q4_K blocks, other kernels).
+chunks, its greedy tokens), against the reference and against frspec int4 (same Q4_K blocks, other kernels),
+right after int4. Results are written after every model, so a run cut short keeps what it measured.
 """
 
 from __future__ import annotations
@@ -124,14 +125,26 @@ def main() -> int:
     ids = held_out_ids(tokenizer, args.tokens)
     prompts = [encode_prompt(tokenizer, q.text) for q in even_spread(load_prompts(None, "prompt"), args.greedy_prompts)]
     start = time.perf_counter()
+
+    def save(results: dict) -> None:
+        """Written after every model, so a run stopped by its time limit keeps what it measured."""
+        payload = {"commit": git_commit(), "machine": machine_info(), "target": args.target,
+                   "held_out": f"ShareGPT records from 16,000 on (first 2 turns each, chat template), {len(ids)} tokens",
+                   "reference": "bf16 cache of the GGUF, run in fp32", "activations": "fp32",
+                   "greedy_prompts": len(prompts), "results": results, "time_s": time.perf_counter() - start}
+        with atomic_path(args.out) as tmp:
+            tmp.write_text(json.dumps(payload, indent=1))
+
     ref_model = load_model(args.target, dtype="fp32")
     ref = log_probs(ref_model, ids, args.chunk)
     ref_greedy = [greedy(ref_model, pr, args.greedy_tokens) for pr in prompts]
     del ref_model
+    print(f"reference done ({time.perf_counter() - start:.0f}s)", file=sys.stderr, flush=True)
     targets = torch.tensor(ids[1:])
+    from frspec.bench import llamacpp
+
     results = {}
-    kept = {}  # quant -> (log-probs, greedy outputs), to compare llama.cpp with frspec int4
-    for quant in args.quants.split(","):
+    for quant in [q for q in args.quants.split(",") if q]:
         model = load_model(args.target, dtype="fp32", quant=quant)
         lp = log_probs(model, ids, args.chunk)
         gens = [greedy(model, pr, args.greedy_tokens) for pr in prompts]
@@ -154,20 +167,14 @@ def main() -> int:
             "greedy_tokens_per_prompt": args.greedy_tokens,
         }
         print(quant, json.dumps(results[quant]), file=sys.stderr, flush=True)
-        if quant == "int4":
-            kept[quant] = (lp, gens)
-    from frspec.bench import llamacpp
-
-    if not args.no_llamacpp and llamacpp.available():
-        results["llama.cpp"] = compare_llamacpp(args, tokenizer, ids, prompts, ref, ref_greedy, kept.get("int4"))
-        print("llama.cpp", json.dumps(results["llama.cpp"]), file=sys.stderr, flush=True)
-    payload = {"commit": git_commit(), "machine": machine_info(), "target": args.target,
-               "held_out": f"ShareGPT records from 16,000 on (first 2 turns each, chat template), {len(ids)} tokens",
-               "reference": "bf16 cache of the GGUF, run in fp32", "activations": "fp32", "results": results,
-               "time_s": time.perf_counter() - start}
-    with atomic_path(args.out) as tmp:
-        tmp.write_text(json.dumps(payload, indent=1))
-    print(json.dumps(payload["results"], indent=1))
+        save(results)
+        if quant == "int4" and not args.no_llamacpp and llamacpp.available():  # same Q4_K blocks: compare now
+            results["llama.cpp"] = compare_llamacpp(args, tokenizer, ids, prompts, ref, ref_greedy, (lp, gens))
+            print("llama.cpp", json.dumps(results["llama.cpp"]), file=sys.stderr, flush=True)
+            save(results)
+        del lp
+    save(results)
+    print(json.dumps(results, indent=1))
     return 0
 
 
