@@ -50,7 +50,9 @@ class Preset:
 # --eagle it adds a small EAGLE grid on the 0.5B target (~100 ms/token): a chain and one dynamic tree, each with
 # and without a 32k map, a minute or two more.
 # On a CPU it adds the int4 rows (int4 target + int4 draft, with and without the 32k map; ~10 tokens/s, a minute)
-# and llama.cpp vanilla on the same GGUF, the peer a CPU user compares against.
+# and llama.cpp vanilla on the same GGUF, the peer a CPU user compares against, and the bf16/int8/int4 cost curve
+# (~1 minute). The int4 and int8 caches are built from the GGUFs on first use (about 8 minutes for the int4 pair
+# and a few for the int8 target on 2 cores, once); after that the whole preset takes about 6-8 minutes.
 QUICK = Preset(num_prompts=3, max_new_tokens=48, num_spec_tokens=(3,), token_map_sizes=(8192, 32768),
                eagle_tree_shapes=(TreeShape.chain(4), TreeShape.dynamic(5, 4, 16)), eagle_token_map_sizes=(32768,),
                quant_rows=("int4",), llamacpp=True)
