@@ -94,7 +94,7 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
     LM-head copy): they run one after another, and a drafter resets its state for every request."""
     from frspec.decode.factory import build_generator
 
-    drafters = {}  # (uses EAGLE, map size) -> drafter
+    drafters = {}  # (uses EAGLE, map size, context rows, context budget) -> drafter
     generators = {}
     for m in methods:
         if m.kind == VANILLA:
@@ -104,13 +104,14 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
             raise ValueError(f"method {m.label} needs an EAGLE head")
         if not m.uses_eagle and draft is None:
             raise ValueError(f"method {m.label} needs a draft model")
-        key = (m.uses_eagle, m.token_map_size)
+        key = (m.uses_eagle, m.token_map_size, m.context_rows, m.context_budget)
         if key not in drafters:
             token_map = token_maps[m.token_map_size] if m.token_map_size is not None else None
             # build_generator runs the vocabulary and tokenizer checks before the DraftVocab copies any rows.
             drafters[key] = build_generator(
                 target, draft=None if m.uses_eagle else draft, eagle=eagle if m.uses_eagle else None,
                 token_map=token_map, num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer,
+                context_rows=m.context_rows or 0, context_budget=m.context_budget or "fixed",
             ).drafter
             quantize_drafter_head(drafters[key], draft_head_quant)  # after the FR-Spec rows were selected
         generators[m] = build_generator(
