@@ -11,7 +11,8 @@ from transformers import AutoModelForCausalLM
 from frspec.bench import token_maps
 from frspec.bench.datasets import encode_prompt
 from frspec.bench.methods import FRSPEC, Method, add_context_methods, plan_methods
-from frspec.bench.token_maps import count_generations, pick_map_source, resolve_token_maps
+from frspec.bench.generation_counts import count_generations
+from frspec.bench.token_maps import pick_map_source, resolve_token_maps
 from frspec.cli import main
 from frspec.decode.factory import build_generator
 from frspec.errors import FrspecError

@@ -158,7 +158,7 @@ def _count_generations(args: argparse.Namespace) -> int:
     bench dataset: a map ranked by the target's own output (VocabTrim) rather than by a chat corpus. Hold the
     benchmarked prompts out with --skip."""
     from frspec.bench.datasets import load_prompts
-    from frspec.bench.token_maps import count_generations
+    from frspec.bench.generation_counts import count_generations
     from frspec.decode.factory import build_generator
     from frspec.models.loading import load_model, resolve_model_dir, set_threads, vocab_size_of
     from frspec.models.tokenizer import load_tokenizer
