@@ -45,8 +45,9 @@ PLOTS = [
 
 METHODOLOGY = """\
 - All methods run in one process on the same prompts (chat template applied) with the same max new tokens;
-  target, draft and EAGLE head are loaded once. Each method has one short unmeasured warm-up generation. Methods
-  are interleaved per prompt and the starting method rotates from prompt to prompt. EAGLE rows run on the target
+  target, draft and EAGLE head are loaded once. Each method has one short unmeasured warm-up generation (on the
+  last 256 tokens of the first prompt). Methods are interleaved per prompt and the starting method rotates from
+  prompt to prompt. EAGLE rows run on the target
   the head was trained for; when that is not the main target they form their own table, run after the main one,
   with that target's own vanilla row as their reference.
 - Tree: the drafted shape. chain-D: D tokens in a row; static-DxB: a static tree of depth D with B children per

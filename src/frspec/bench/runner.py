@@ -3,7 +3,7 @@
 Fairness rules, so that differences in the table come from the methods and not from the machine:
   - target, draft and EAGLE head are loaded once and shared by all methods;
   - every method gets the same prompts (token ids) and the same max_new_tokens;
-  - each method has one short warm-up generation first, which is not measured;
+  - each method has one short warm-up generation first (on the end of the first prompt), which is not measured;
   - methods are interleaved per prompt (prompt 1: all methods, prompt 2: all methods, ...), and the starting
     method rotates from prompt to prompt, so a slow spell of the machine is spread over all methods.
 """
@@ -23,6 +23,9 @@ from frspec.decode.eagle_drafter import EagleDrafter
 from frspec.decode.sampling import SamplingParams
 from frspec.models.quant import quantize_drafter_head
 from frspec.vocab.token_map import TokenMap
+
+
+WARMUP_PROMPT_TOKENS = 256  # prompt tokens a warm-up generation reads (the first prompt's last ones)
 
 
 @dataclass
@@ -165,7 +168,10 @@ def run_benchmark(
     )
     try:
         start = time.perf_counter()
-        warm_prompt = prompts[0][1]
+        # The warm-up decodes the end of the first prompt (its last WARMUP_PROMPT_TOKENS, which end with the
+        # assistant header): it warms the kernels and caches as well as the whole prompt would, without each
+        # method paying a long-input prefill that nothing measures.
+        warm_prompt = prompts[0][1][-WARMUP_PROMPT_TOKENS:]
         for m in methods:
             bar.set_postfix_str(f"warm-up {m.label}")
             _generate(generators[m], warm_prompt, warmup_tokens, sampling, device)
