@@ -282,8 +282,8 @@ def markdown(payload: dict[str, Any]) -> str:
     lines.append("| " + " | ".join(name for _, name in COLUMNS) + " |")
     lines.append("|:---|" + "---:|" * (len(COLUMNS) - 1))
     for row in payload["rows"]:
-        cells = [format_value(key, row.get(key)) if key != "latency_s" else f"{row['latency_s']:.2f}"
-                 for key, _ in COLUMNS]
+        cells = [f"{row[key]:.2f}" if key in ("tokens_per_s", "latency_s") and row.get(key) is not None
+                 else format_value(key, row.get(key)) for key, _ in COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
     if payload["divergences"]:
         lines += ["", "Greedy outputs that differ from vanilla vLLM's (method, batch, round, prompt, position, "
