@@ -67,3 +67,27 @@ def test_generate_streams_text_and_a_stats_line(model_dirs, capsys):
 def test_generate_bad_input_is_one_line(model_dirs, capsys, extra, message):
     code, out, err = _run(["generate", "--target", str(model_dirs / "target"), "--prompt", "x"] + extra, capsys)
     assert code == 2 and err.startswith("frspec: error:") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("budget", ["fixed", "additive"])
+def test_generate_with_context_rows_is_lossless(model_dirs, capsys, budget):
+    base = ["generate", "--target", str(model_dirs / "target"), "--prompt", "hello there", "--max-new-tokens", "8",
+            "--dtype", "fp32", "--json", "--threads", "1"]
+    code, out, err = _run(base, capsys)
+    vanilla = json.loads(out)
+    code, out, err = _run(base + ["--draft", str(model_dirs / "draft"), "--token-map", str(model_dirs / "map.frspec"),
+                                  "--context-rows", "16", "--context-budget", budget], capsys)
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["token_ids"] == vanilla["token_ids"] and record["method"] == "fr-spec"
+    assert record["context"]["budget"] == budget and 0 < record["context"]["request_rows"] <= 16
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--context-rows", "8"], "--context-rows extends a token map"),
+    (["--context-rows", "-1"], "--context-rows must be >= 0"),
+])
+def test_generate_refuses_bad_context_options(model_dirs, capsys, extra, message):
+    code, _, err = _run(["generate", "--target", str(model_dirs / "target"), "--prompt", "hi",
+                         "--draft", str(model_dirs / "draft"), *extra], capsys)
+    assert code == 2 and message in err and "Traceback" not in err

@@ -43,13 +43,17 @@ class Method:
     kind is "vanilla" (target only), "draft" (draft model over the full vocabulary), "fr-spec" (the same draft
     model with its LM head restricted to a token map of token_map_size ids), "eagle" (an EAGLE head) or
     "eagle+fr-spec" (the head with a token map). num_spec_tokens is the drafted depth; `tree` the shape drafted,
-    None for a draft model's plain chain.
+    None for a draft model's plain chain. A map method with `context_rows` drafts context-aware
+    (vocab/context_vocab.py): the map plus up to that many rows for the request's tokens, under `context_budget`
+    ("fixed": within the map's rows; "additive": beside them).
     """
 
     kind: str
     num_spec_tokens: int | None = None
     token_map_size: int | None = None
     tree: TreeShape | None = None
+    context_rows: int | None = None
+    context_budget: str | None = None
     quant: str | None = None  # the target's and draft's quantization ("int4", "int8"); None: as loaded
 
     def __post_init__(self) -> None:
@@ -69,13 +73,17 @@ class Method:
             raise ValueError("a draft model's chain is tree=None with num_spec_tokens")
         if self.tree is not None and self.tree.depth != self.num_spec_tokens:
             raise ValueError("num_spec_tokens must be the tree's depth")
+        if (self.context_rows is None) != (self.context_budget is None):
+            raise ValueError("context_rows and context_budget are set together")
+        if self.context_rows is not None and self.kind not in WITHOUT_MAP:
+            raise ValueError("context rows extend a token map: only fr-spec methods have them")
 
     @classmethod
     def drafting(cls, kind: str, shape: TreeShape, token_map_size: int | None = None, quant: str | None = None
                  ) -> Method:
         """A speculative method drafting `shape`; a draft model's chain becomes its plain chain (tree=None)."""
         plain_chain = kind in (DRAFT, FRSPEC) and shape.kind == "chain"
-        return cls(kind, shape.depth, token_map_size, None if plain_chain else shape, quant)
+        return cls(kind, shape.depth, token_map_size, None if plain_chain else shape, quant=quant)
 
     @property
     def tree_label(self) -> str | None:
@@ -94,7 +102,13 @@ class Method:
             return prefix + VANILLA
         shape = f"k={self.num_spec_tokens}" if self.tree is None else self.tree_label
         return (f"{prefix}{self.kind} {shape}"
-                + (f" map={self.token_map_size}" if self.token_map_size is not None else ""))
+                + (f" map={self.token_map_size}" if self.token_map_size is not None else "")
+                + (f" {self.context_label}" if self.context_rows is not None else ""))
+
+    @property
+    def context_label(self) -> str | None:
+        """"+ctx=1024 fixed": the context-aware rows of a map method (None for a static map)."""
+        return None if self.context_rows is None else f"+ctx={self.context_rows} {self.context_budget}"
 
     @property
     def uses_eagle(self) -> bool:
@@ -105,7 +119,7 @@ class Method:
         """The method FR-Spec is judged against: the same drafter and shape over the full vocabulary."""
         if self.kind not in WITHOUT_MAP:
             return None
-        return Method(WITHOUT_MAP[self.kind], self.num_spec_tokens, None, self.tree, self.quant)
+        return Method(WITHOUT_MAP[self.kind], self.num_spec_tokens, None, self.tree, quant=self.quant)
 
     @property
     def reference(self) -> Method:
@@ -114,6 +128,13 @@ class Method:
         if self.kind == LLAMACPP:
             return Method(VANILLA, quant=LLAMACPP_REFERENCE_QUANT)
         return Method(VANILLA, quant=self.quant)
+
+    @property
+    def same_map_static(self) -> Method | None:
+        """The method context-aware drafting is judged against: the same drafter, shape and map, static rows."""
+        if self.context_rows is None:
+            return None
+        return Method(self.kind, self.num_spec_tokens, self.token_map_size, self.tree, quant=self.quant)
 
 
 def _check_sizes(values: Sequence[int], option: str) -> None:
@@ -159,3 +180,26 @@ def plan_methods(
     for shape in eagle_tree_shapes:
         methods.extend(m for m in _with_maps(EAGLE, shape, eagle_token_map_sizes) if m not in methods)
     return methods
+
+
+def add_context_methods(methods: Sequence[Method], context_rows: Sequence[int],
+                        budgets: Sequence[str] = ("fixed",)) -> list[Method]:
+    """`methods` with, after each FR-Spec map method, the same map drafting context-aware at each row count and
+    budget (each judged against the static map row just before it)."""
+    from frspec.vocab.context_vocab import BUDGETS
+
+    if not context_rows:
+        return list(methods)
+    _check_sizes(context_rows, "--context-rows")
+    for budget in budgets:
+        if budget not in BUDGETS:
+            raise FrspecError(f"context budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
+    if not budgets or len(set(budgets)) != len(budgets):
+        raise FrspecError(f"--context-budgets must name each budget once, got {list(budgets)}")
+    out = []
+    for m in methods:
+        out.append(m)
+        if m.kind in WITHOUT_MAP and m.context_rows is None:
+            out += [Method(m.kind, m.num_spec_tokens, m.token_map_size, m.tree, n, b, quant=m.quant)
+                    for n in context_rows for b in budgets]
+    return out

@@ -16,6 +16,8 @@ def _series_name(row: dict[str, Any], with_target: bool) -> str:
     quantization and its shape."""
     drafter = WITHOUT_MAP.get(row["method"], row["method"])
     name = f"{drafter} {row.get('tree') or 'chain-' + str(row['num_spec_tokens'])}"
+    if row.get("context"):  # context-aware rows are a line of their own beside the static maps'
+        name += f" {row['context']}"
     if row.get("quant"):
         name = f"{row['quant']} {name}"
     return f"{row['target']}: {name}" if with_target else name

@@ -31,6 +31,10 @@ COLUMNS = [
     ("speedup_vs_llamacpp", "Speedup vs llama.cpp"),
     ("lm_head_share", "Draft LM-Head Share"),
     ("greedy_identical", "Greedy Identical"),
+    # Issue 14: context-aware rows against the same static map, and how long the inputs were.
+    ("context", "Context Rows"),
+    ("speedup_vs_static_map", "Speedup vs Same Map Static"),
+    ("input_tokens", "Input Tokens"),
 ]
 
 LEFT_ALIGNED = ("label", "tree")  # words; numbers align right
@@ -45,8 +49,9 @@ ROW_COSTS_PLOT = "row_costs.png"
 
 METHODOLOGY = """\
 - All methods run in one process on the same prompts (chat template applied) with the same max new tokens;
-  target, draft and EAGLE head are loaded once. Each method has one short unmeasured warm-up generation. Methods
-  are interleaved per prompt and the starting method rotates from prompt to prompt. EAGLE rows run on the target
+  target, draft and EAGLE head are loaded once. Each method has one short unmeasured warm-up generation (on the
+  last 256 tokens of the first prompt). Methods are interleaved per prompt and the starting method rotates from
+  prompt to prompt. EAGLE rows run on the target
   the head was trained for; when that is not the main target they form their own table, run after the main one,
   with that target's own vanilla row as their reference.
 - Tree: the drafted shape. chain-D: D tokens in a row; static-DxB: a static tree of depth D with B children per
@@ -62,6 +67,10 @@ METHODOLOGY = """\
 - Speedups: ratios of decoding throughputs measured side by side in the same run, against the vanilla row of
   the same target. "Same drafter w/o FR-Spec" is the same draft model or EAGLE head with the same shape over the
   full vocabulary. Per-prompt medians are in the JSON.
+- Context Rows: "+ctx=N fixed" drafts with the map's rows of which up to N hold the request's own tokens (its
+  prompt, then its accepted tokens), "+ctx=N additive" with the map's rows plus up to N such rows
+  (frspec/vocab/context_vocab.py); "Speedup vs Same Map Static" compares it with the same map's static row.
+- Input Tokens: mean prompt length in tokens (chat template included) of the prompts decoded.
 - Draft LM-Head Share: time in the drafter's LM head (the draft model's, or the EAGLE head's) / total drafting
   time.
 - Greedy Identical: whether each greedy output equals vanilla's token for token; otherwise the number of prompts
@@ -82,12 +91,14 @@ def format_value(key: str, value: Any) -> str:
     """How a row value is shown in the terminal and Markdown tables ("-" for not applicable)."""
     if value is None:
         return "-"
-    if key in ("speedup_vs_vanilla", "speedup_vs_drafter", "speedup_vs_llamacpp"):
+    if key in ("speedup_vs_vanilla", "speedup_vs_drafter", "speedup_vs_static_map", "speedup_vs_llamacpp"):
         return f"{value:.2f}x"
     if key == "lm_head_share":
         return f"{100 * value:.1f}%"
     if key in ("acceptance_length", "forward_ratio"):
         return f"{value:.2f}"
+    if key == "input_tokens":
+        return f"{value:.0f}"
     if key in ("decode_tokens_per_s", "total_time_s"):
         return f"{value:.2f}" if value < 100 else f"{value:.1f}"
     return str(value)

@@ -3,7 +3,7 @@
 Fairness rules, so that differences in the table come from the methods and not from the machine:
   - target, draft and EAGLE head are loaded once and shared by all methods;
   - every method gets the same prompts (token ids) and the same max_new_tokens;
-  - each method has one short warm-up generation first, which is not measured;
+  - each method has one short warm-up generation first (on the end of the first prompt), which is not measured;
   - methods are interleaved per prompt (prompt 1: all methods, prompt 2: all methods, ...), and the starting
     method rotates from prompt to prompt, so a slow spell of the machine is spread over all methods;
   - quantized rows (int4/int8 copies of the target and draft) and the llama.cpp peer row are interleaved with the
@@ -26,6 +26,9 @@ from frspec.decode.eagle_drafter import EagleDrafter
 from frspec.decode.sampling import SamplingParams
 from frspec.models.quant import quantize_drafter_head
 from frspec.vocab.token_map import TokenMap
+
+
+WARMUP_PROMPT_TOKENS = 256  # prompt tokens a warm-up generation reads (the first prompt's last ones)
 
 
 @dataclass
@@ -122,7 +125,7 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
     from frspec.decode.factory import build_generator
     from frspec.decode.stopping import default_eos_ids
 
-    drafters = {}  # (uses EAGLE, map size, quant) -> drafter
+    drafters = {}  # (uses EAGLE, map size, context rows, context budget, quant) -> drafter
     generators = {}
     for m in methods:
         if m.kind == LLAMACPP:
@@ -138,13 +141,14 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
             raise ValueError(f"method {m.label} needs an EAGLE head")
         if not m.uses_eagle and m_draft is None:
             raise ValueError(f"method {m.label} needs a draft model")
-        key = (m.uses_eagle, m.token_map_size, m.quant)
+        key = (m.uses_eagle, m.token_map_size, m.context_rows, m.context_budget, m.quant)
         if key not in drafters:
             token_map = token_maps[m.token_map_size] if m.token_map_size is not None else None
             # build_generator runs the vocabulary and tokenizer checks before the DraftVocab copies any rows.
             drafters[key] = build_generator(
                 m_target, draft=None if m.uses_eagle else m_draft, eagle=eagle if m.uses_eagle else None,
                 token_map=token_map, num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer,
+                context_rows=m.context_rows or 0, context_budget=m.context_budget or "fixed",
             ).drafter
             # After the FR-Spec rows were selected.
             head_quant = quant_draft_heads.get(m.quant, m.quant) if m.quant is not None else draft_head_quant
@@ -207,7 +211,10 @@ def run_benchmark(
     )
     try:
         start = time.perf_counter()
-        warm_prompt = prompts[0][1]
+        # The warm-up decodes the end of the first prompt (its last WARMUP_PROMPT_TOKENS, which end with the
+        # assistant header): it warms the kernels and caches as well as the whole prompt would, without each
+        # method paying a long-input prefill that nothing measures.
+        warm_prompt = prompts[0][1][-WARMUP_PROMPT_TOKENS:]
         for m in methods:
             bar.set_postfix_str(f"warm-up {m.label}")
             _generate(generators[m], warm_prompt, warmup_tokens, sampling, device)

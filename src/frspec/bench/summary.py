@@ -79,6 +79,11 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
                 "tree": m.tree_label,
                 "num_spec_tokens": m.num_spec_tokens,
                 "token_map_size": m.token_map_size,
+                "context": m.context_label,
+                "context_rows": m.context_rows,
+                "context_budget": m.context_budget,
+                # Mean prompt length (chat template included) of the prompts this row decoded.
+                "input_tokens": statistics.fmean(g.prompt_tokens for g in gens) if gens else None,
                 "acceptance_length": agg.acceptance_length,
                 "decode_tokens_per_s": throughput[m],
                 "total_time_s": agg.wall_time_s,
@@ -111,6 +116,8 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
         row["speedup_vs_llamacpp"] = _ratio(throughput[m], throughput.get(peer)) if peer and m != peer else None
         baseline = m.same_drafter_without_frspec  # eagle+fr-spec: the same head and shape without the map
         row["speedup_vs_drafter"] = _ratio(throughput[m], throughput.get(baseline)) if baseline else None
+        static = m.same_map_static  # context-aware rows: the same map, static
+        row["speedup_vs_static_map"] = _ratio(throughput[m], throughput.get(static)) if static else None
         row["median_prompt_speedup_vs_vanilla"] = (
             _median_prompt_speedup(result, m, base) if m != vanilla and base in throughput else None
         )

@@ -83,6 +83,42 @@ def code_counts(tokenizer: Any, vocab_size: int, cache_dir: str | os.PathLike | 
     return counts, path
 
 
+# Where `frspec bench --token-map-source` takes the default maps' counts from; "auto" picks per dataset.
+MAP_SOURCES = ("auto", "sharegpt", "code", "mix")
+CODE_DATASETS = ("code",)  # datasets whose prompts and answers are code: "auto" picks the code counts for them
+
+
+def pick_map_source(source: str, dataset: str | None) -> str:
+    """The counts a map source names for `dataset`: "auto" is the code counts for a code dataset, else ShareGPT."""
+    if source not in MAP_SOURCES:
+        raise FrspecError(f"token-map source must be one of {', '.join(MAP_SOURCES)}, got {source!r}")
+    if source == "auto":
+        return "code" if dataset is not None and str(dataset) in CODE_DATASETS else "sharegpt"
+    return source
+
+
+def domain_counts(tokenizer: Any, vocab_size: int, source: str, cache_dir: str | os.PathLike | None = None,
+                  progress: bool = True) -> tuple[Any, Path | None, str]:
+    """(counts, cache prefix for its maps or None, a line saying what they are) of a resolved map source:
+    ShareGPT's assistant turns, the code corpus, or their 50/50 mixture (`mix_counts`, each weighed by its share
+    of tokens, so the 4 M code tokens weigh as much as the 17 M chat ones)."""
+    if source == "sharegpt":
+        counts, path = sharegpt_counts(tokenizer, vocab_size, cache_dir, progress)
+        return counts, path.with_name(path.name.split(".")[0]), f"top-k of {SHAREGPT_SLICE} (counts cached at {path})"
+    if source == "code":
+        counts, path = code_counts(tokenizer, vocab_size, cache_dir)
+        return counts, path.with_name(path.name.split(".")[0]), f"top-k of the code corpus (counts cached at {path})"
+    if source == "mix":
+        from frspec.vocab.counts import mix_counts
+
+        chat, chat_path = sharegpt_counts(tokenizer, vocab_size, cache_dir, progress)
+        code, code_path = code_counts(tokenizer, vocab_size, cache_dir)
+        prefix = chat_path.with_name("mix50-" + chat_path.name.split(".")[0] + "-" + code_path.name.split(".")[0])
+        return (mix_counts([(chat, 0.5), (code, 0.5)]), prefix,
+                f"top-k of a 50/50 mixture of {SHAREGPT_SLICE} and the code corpus (counts at {chat_path}, {code_path})")
+    raise FrspecError(f"unknown token-map source {source!r}: one of {', '.join(MAP_SOURCES[1:])}")
+
+
 def maps_from_counts(counts: Any, sizes: Sequence[int], vocab_size: int,
                      cache_prefix: Path | None = None) -> dict[int, TokenMap]:
     """A map of each size (top-k ids by count, special tokens always kept), cached as `<prefix>-top<k>.safetensors`."""
@@ -114,11 +150,13 @@ def resolve_token_maps(
     counts_file: str | None = None,
     cache_dir: str | os.PathLike | None = None,
     progress: bool = True,
+    source: str = "sharegpt",
 ) -> tuple[dict[int, TokenMap], str]:
     """The maps to benchmark, by size, and a line saying where they came from.
 
     Explicit map files win (their sizes replace `sizes`); then maps selected from `counts_file`; otherwise the
-    default ShareGPT maps. Every map is checked against the model's vocabulary and the tokenizer.
+    default maps of `source` (resolved by `pick_map_source`: "sharegpt", "code" or "mix"). Every map is checked
+    against the model's vocabulary and the tokenizer.
     """
     from frspec.vocab.tokenizer_identity import tokenizer_identity
 
@@ -146,9 +184,8 @@ def resolve_token_maps(
         maps = maps_from_counts(counts, sizes, vocab_size)
         source = f"top-k of counts file {counts_file}"
     else:
-        counts, path = sharegpt_counts(tokenizer, vocab_size, cache_dir, progress)
-        maps = maps_from_counts(counts, sizes, vocab_size, cache_prefix=path.with_name(path.name.split(".")[0]))
-        source = f"top-k of {SHAREGPT_SLICE} (counts cached at {path})"
+        counts, prefix, source = domain_counts(tokenizer, vocab_size, source, cache_dir, progress)
+        maps = maps_from_counts(counts, sizes, vocab_size, cache_prefix=prefix)
     for token_map in maps.values():
         token_map.check_tokenizer(identity, vocab_size)
     return maps, source

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from frspec.bench.eagle_heads import DEFAULT_EAGLE_TARGET, DEFAULT_HEAD
-from frspec.bench.methods import LLAMACPP, Method, plan_methods
+from frspec.bench.methods import LLAMACPP, Method, add_context_methods, plan_methods
+from frspec.bench.token_maps import MAP_SOURCES
 from frspec.commands.options import (
     QUANT_CHOICES, add_device, add_dtype, add_quant_options, add_seed, add_threads, draft_load_options, draft_quant,
     target_quant,
@@ -158,7 +159,18 @@ def register(subparsers) -> None:
                    help="measure the target's forward cost for 1..N rows for each weight format and plot it "
                         f"(quick {QUICK.row_costs}; otherwise 0 = off)")
     p.add_argument("--counts", default=None, metavar="FILE",
-                   help="build the maps from this token-counts file instead of the default ShareGPT counts")
+                   help="build the maps from this token-counts file instead of the default ShareGPT counts "
+                        "(e.g. the target's own generations: `frspec vocab count-generations`)")
+    p.add_argument("--token-map-source", default="sharegpt", choices=MAP_SOURCES,
+                   help="counts the default maps are ranked by: ShareGPT assistant turns, the code corpus (Python "
+                        "sources of this environment), their 50/50 mix, or auto (code for --dataset code, else "
+                        "ShareGPT) (default: %(default)s)")
+    p.add_argument("--context-rows", type=_int_list, default=None, metavar="N,N,...",
+                   help="after each FR-Spec row, the same map drafting context-aware with up to N rows for the "
+                        "request's prompt and accepted tokens (rows labelled '+ctx=N BUDGET')")
+    p.add_argument("--context-budgets", default="fixed", metavar="B,B",
+                   help="budgets of the context-aware rows: fixed (N of the map's k rows) and/or additive (k + N "
+                        "rows) (default: %(default)s)")
     add_dtype(p)
     add_device(p)
     add_quant_options(p)
@@ -204,6 +216,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "llamacpp": False,
         "row_costs": pick(args.row_costs, preset.row_costs),
         "row_cost_quants": preset.row_cost_quants,
+        "context_rows": args.context_rows or (),
+        "context_budgets": tuple(b for b in args.context_budgets.replace(" ", "").split(",") if b),
     }
     if args.draft_tree_shapes is not None:
         s["draft_tree_shapes"] = TreeShape.parse_list(args.draft_tree_shapes, "--draft-tree-shapes")
@@ -234,9 +248,14 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         raise FrspecError("--token-map files set the map sizes themselves; drop --token-map-sizes")
     if args.token_map and args.eagle_token_map_sizes is not None:
         raise FrspecError("--token-map files set the map sizes themselves; drop --eagle-token-map-sizes")
+    if (args.token_map or args.counts) and args.token_map_source != "sharegpt":
+        raise FrspecError("--token-map-source picks the default maps' counts; drop it with --token-map or --counts")
+    if s["context_rows"] and args.engine != "frspec":
+        raise FrspecError("--context-rows runs on frspec's own engine (the vLLM plugin has no context rows yet)")
     # Validates the lists before any slow work.
-    plan_methods(s["num_spec_tokens"], s["token_map_sizes"], True, s["draft_tree_shapes"], s["eagle_tree_shapes"],
-                 s["eagle_token_map_sizes"])
+    add_context_methods(plan_methods(s["num_spec_tokens"], s["token_map_sizes"], True, s["draft_tree_shapes"],
+                                     s["eagle_tree_shapes"], s["eagle_token_map_sizes"]),
+                        s["context_rows"], s["context_budgets"])
     if s["quant_num_spec_tokens"] != "auto":
         plan_methods(s["quant_num_spec_tokens"], s["quant_token_map_sizes"], True)
     return s
@@ -365,8 +384,8 @@ def _run_section(section: Section, settings: dict[str, Any], args: argparse.Name
     """Token maps, the method plan and the interleaved run for one section: (BenchResult, its metadata)."""
     from frspec.bench.datasets import encode_prompt
     from frspec.bench.runner import run_benchmark
-    from frspec.bench.token_maps import resolve_token_maps
-    from frspec.models.loading import check_same_vocab, vocab_size_of
+    from frspec.bench.token_maps import pick_map_source, resolve_token_maps
+    from frspec.models.loading import check_context_length, check_same_vocab, vocab_size_of
     from frspec.models.quant import parse_quant
     from frspec.models.tokenizer import load_tokenizer
 
@@ -382,6 +401,7 @@ def _run_section(section: Section, settings: dict[str, Any], args: argparse.Name
             tokenizer, vocab_size, sorted(set(draft_sizes) | set(eagle_sizes) | set(quant_sizes)),
             token_map_files=args.token_map,
             counts_file=args.counts, progress=not args.no_progress,
+            source=pick_map_source(args.token_map_source, args.dataset),
         )
     if args.token_map:  # the files' maps serve every drafter
         draft_sizes = eagle_sizes = quant_sizes = tuple(token_maps)
@@ -391,6 +411,7 @@ def _run_section(section: Section, settings: dict[str, Any], args: argparse.Name
         eagle_tree_shapes=settings["eagle_tree_shapes"] if section.eagle is not None else (),
         eagle_token_map_sizes=sorted(eagle_sizes),
     )
+    methods = add_context_methods(methods, settings["context_rows"], settings["context_budgets"])
     for quant in section.quantized:
         methods += plan_methods(section.quant_num_spec_tokens.get(quant, ()), sorted(quant_sizes),
                                 has_draft=section.draft is not None, quant=quant)
@@ -399,6 +420,14 @@ def _run_section(section: Section, settings: dict[str, Any], args: argparse.Name
     elif section.llamacpp is not None:
         say("note: no llama.cpp row: it decodes greedily only")
     encoded = [(p.id, encode_prompt(tokenizer, p)) for p in prompts]
+    # Every prompt must fit with its answer before any method runs (long inputs, --max-new-tokens up to 1,024).
+    for prompt_id, ids in encoded:
+        for model, what in ((target, "the target"), (section.draft, "the draft model")):
+            if model is not None:
+                try:
+                    check_context_length(model, len(ids), settings["max_new_tokens"], what)
+                except FrspecError as e:
+                    raise FrspecError(f"prompt {prompt_id}: {e}") from None
     say(f"{section.target_spec}: {len(methods)} methods x {len(prompts)} prompts x {settings['max_new_tokens']} "
         "new tokens")
     result = run_benchmark(

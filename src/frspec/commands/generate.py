@@ -27,6 +27,12 @@ def register(subparsers) -> None:
     p.add_argument("--draft", help="draft model (same forms; must share the target's vocabulary)")
     p.add_argument("--eagle", metavar="HEAD", help="EAGLE-1/2 or EAGLE-3 head for the target (directory or hub id)")
     p.add_argument("--token-map", metavar="FILE", help="FR-Spec token map restricting the draft's or head's LM head")
+    p.add_argument("--context-rows", type=int, default=0, metavar="N",
+                   help="context-aware drafting: up to N draft LM-head rows for the prompt's and the accepted "
+                        "tokens besides the --token-map's (default: 0, the static map)")
+    p.add_argument("--context-budget", default="fixed", choices=("fixed", "additive"),
+                   help="fixed: the N rows replace the map's least frequent ones (k rows in all); additive: "
+                        "k + N rows (default: %(default)s)")
     p.add_argument("--num-spec-tokens", default=None, metavar="K|auto",
                    help="drafted tokens per step, a chain; auto: the best chain on the target's cost per forward "
                         "measured against rows on this machine (a few seconds; bench/row_costs.py). Default: auto "
@@ -97,6 +103,10 @@ def run_generate(args: argparse.Namespace) -> int:
         eagle = resolve_head_dir(args.eagle)  # a missing head fails here, before any model is loaded
     if args.token_map and not Path(args.token_map).is_file():
         raise FrspecError(f"token map not found: {args.token_map}")
+    if args.context_rows < 0:
+        raise FrspecError(f"--context-rows must be >= 0, got {args.context_rows}")
+    if args.context_rows and not args.token_map:
+        raise FrspecError("--context-rows extends a token map: give --token-map (and --draft or --eagle) too")
     if args.max_new_tokens < 0:
         raise FrspecError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
@@ -121,7 +131,8 @@ def run_generate(args: argparse.Namespace) -> int:
         tree = TreeShape.chain(num_spec_tokens)
     num_spec_tokens = 4 if num_spec_tokens is None else num_spec_tokens
     drafted = tree if (args.draft or args.eagle) else None  # vanilla drafts nothing
-    generator = build_generator(target, draft, token_map, num_spec_tokens, tokenizer, eagle=eagle, tree=drafted)
+    generator = build_generator(target, draft, token_map, num_spec_tokens, tokenizer, eagle=eagle, tree=drafted,
+                                context_rows=args.context_rows, context_budget=args.context_budget)
     from frspec.models.quant import quantize_drafter_head
 
     quantize_drafter_head(generator.drafter, draft_quant(args))
@@ -142,6 +153,9 @@ def run_generate(args: argparse.Namespace) -> int:
             "finish_reason": out.finish_reason,
             "stats": out.stats.to_dict(),
         }
+        if args.context_rows:  # how many of the drafter's rows this request's own tokens took
+            record["context"] = {"rows": args.context_rows, "budget": args.context_budget,
+                                 "request_rows": generator.drafter.vocab.context_rows}
         print(json.dumps(record, ensure_ascii=False))
         return 0
     stream = generator.stream(**kwargs)

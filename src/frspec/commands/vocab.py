@@ -1,4 +1,4 @@
-"""`frspec vocab count|merge|build|convert|info|coverage`: build, convert and inspect FR-Spec token maps.
+"""`frspec vocab count|count-generations|merge|build|convert|info|coverage`: build, convert and inspect FR-Spec token maps.
 
 Heavy imports (torch, transformers) happen inside the handlers so `frspec --help` stays fast.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from frspec.commands.options import add_dtype, add_threads
 from frspec.errors import FrspecError
 
 FORMAT_CHOICES = ("frspec", "thunlp", "vllm-scores", "eagle3")
@@ -40,6 +41,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="count at most N records")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_count)
+
+    p = sub.add_parser("count-generations", help="count the token ids a model generates for calibration prompts",
+                       description=_count_generations.__doc__)
+    p.add_argument("--model", required=True, help="the target: default-model name, HF directory, .gguf or hub id")
+    p.add_argument("--dataset", default="mtbench",
+                   help="calibration prompts, any `frspec bench --dataset` (default: %(default)s)")
+    p.add_argument("--field", default="prompt", help="JSONL field holding the prompt (default: %(default)s)")
+    p.add_argument("--skip", type=int, default=0,
+                   help="skip the dataset's first N prompts (hold out what the bench decodes: it takes the first "
+                        "16 of code and long-qa) (default: %(default)s)")
+    p.add_argument("--num-prompts", type=int, default=16, help="prompts to generate for (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per answer (default: %(default)s)")
+    p.add_argument("--out", required=True, help="output counts file (.safetensors), for `frspec vocab build` or "
+                   "`frspec bench --counts`")
+    add_dtype(p)
+    add_threads(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_count_generations)
 
     p = sub.add_parser("merge", help="add up counts of several runs", description=_merge.__doc__)
     p.add_argument("counts", nargs="+", help="counts files of the same tokenizer")
@@ -130,6 +149,39 @@ def _count(args: argparse.Namespace) -> int:
         print(f"  {m['chats_rejected_by_template']:,} conversations were rejected by the chat template and skipped")
     if m.get("dropped_messages"):
         print(f"  {m['dropped_messages']:,} messages with unknown roles were dropped")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _count_generations(args: argparse.Namespace) -> int:
+    """Count the token ids a model generates (greedy, the chat template applied) for calibration prompts of a
+    bench dataset: a map ranked by the target's own output (VocabTrim) rather than by a chat corpus. Hold the
+    benchmarked prompts out with --skip."""
+    from frspec.bench.datasets import load_prompts
+    from frspec.bench.generation_counts import count_generations
+    from frspec.decode.factory import build_generator
+    from frspec.models.loading import load_model, resolve_model_dir, set_threads, vocab_size_of
+    from frspec.models.tokenizer import load_tokenizer
+
+    _check_out(args.out)
+    if args.skip < 0 or args.num_prompts < 1:
+        raise FrspecError(f"--skip must be >= 0 and --num-prompts >= 1, got {args.skip} and {args.num_prompts}")
+    if args.max_new_tokens < 1:
+        raise FrspecError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    prompts = load_prompts(args.dataset, args.field, args.skip + args.num_prompts)[args.skip:]
+    if len(prompts) < args.num_prompts:
+        raise FrspecError(f"{args.dataset} has only {len(prompts) + args.skip} prompts, fewer than --skip + "
+                          f"--num-prompts ({args.skip + args.num_prompts})")
+    set_threads(args.threads)
+    tokenizer = load_tokenizer(resolve_model_dir(args.model))
+    model = load_model(args.model, dtype=args.dtype)
+    counts = count_generations(build_generator(model, tokenizer=tokenizer), tokenizer, prompts,
+                               args.max_new_tokens, vocab_size_of(model), progress=not args.no_progress)
+    counts.metadata.update(model=str(args.model), dataset=str(args.dataset), skip=args.skip)
+    counts.save(args.out)
+    m = counts.metadata
+    print(f"counted {m['tokens']:,} generated tokens of {m['documents']} prompts, {counts.distinct:,} distinct ids, "
+          f"in {m['seconds']:.1f} s")
     print(f"wrote {args.out}")
     return 0
 

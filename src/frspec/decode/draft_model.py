@@ -13,8 +13,7 @@ from frspec.decode.tree_growth import add_children, grow_tree
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
 from frspec.models.loading import vocab_size_of
-from frspec.vocab.context_vocab import ContextVocab
-from frspec.vocab.draft_vocab import DraftVocab
+from frspec.vocab.context_vocab import build_draft_vocab
 from frspec.vocab.token_map import TokenMap
 
 
@@ -52,12 +51,9 @@ class DraftModelDrafter(Drafter):
         vocab_size = vocab_size_of(model)
         if token_map is not None:
             check_token_map(token_map, vocab_size, "the draft model")
-        if context_rows:
-            self.vocab = ContextVocab.build(full_head.weight, getattr(full_head, "bias", None), token_map,
-                                            vocab_size=vocab_size, extra_rows=context_rows, budget=context_budget)
-        else:
-            self.vocab = DraftVocab.build(full_head.weight, getattr(full_head, "bias", None), token_map,
-                                          vocab_size=vocab_size)
+        self.vocab = build_draft_vocab(full_head.weight, getattr(full_head, "bias", None), token_map,
+                                       vocab_size=vocab_size, context_rows=context_rows,
+                                       context_budget=context_budget)
         self.cache = new_cache(model)
 
     def check_shape(self, shape: TreeShape) -> None:
@@ -69,8 +65,7 @@ class DraftModelDrafter(Drafter):
         self.cache = new_cache(self.model)
 
     def prefill(self, context: torch.Tensor) -> None:
-        if isinstance(self.vocab, ContextVocab):
-            self.vocab.begin_request(context)
+        self._begin_request(context)
         self.base(input_ids=context.to(self.device), cache=self.cache, use_cache=True)
         enable_rollback(self.cache)
 
@@ -81,8 +76,7 @@ class DraftModelDrafter(Drafter):
         inputs = context[:, cache_length(self.cache) :].to(self.device)
         if inputs.shape[1] == 0:
             raise ValueError("propose() needs at least one token the drafter has not processed")
-        if isinstance(self.vocab, ContextVocab):
-            self.vocab.add_tokens(inputs)  # the tokens accepted since the last proposal, and the root
+        self._add_request_tokens(inputs)  # the tokens accepted since the last proposal, and the root
         root = int(context[0, -1])
         if shape.kind == "chain":
             tree = self._chain(root, inputs, shape.depth, sampling, generator)

@@ -19,6 +19,7 @@ from frspec.decode.timing import now
 from frspec.decode.token_tree import TokenTree
 from frspec.decode.tree_shape import TreeShape
 from frspec.vocab.tokenizer_identity import tokenizer_identity
+from frspec.vocab.context_vocab import ContextVocab
 from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.token_map import TokenMap
 
@@ -79,6 +80,19 @@ class Drafter:
     def rollback(self, length: int) -> None:
         """Keep only state for the first `length` tokens of the context (the rest was rejected or is new)."""
         raise NotImplementedError
+
+    def _begin_request(self, prompt: torch.Tensor) -> None:
+        """A context-aware vocabulary (vocab/context_vocab.py) takes the prompt's tokens as this request's rows;
+        a static one has nothing to do. Drafters call it at the start of `prefill`."""
+        if isinstance(self.vocab, ContextVocab):
+            self.vocab.begin_request(prompt)
+
+    def _add_request_tokens(self, ids: torch.Tensor) -> None:
+        """A context-aware vocabulary also takes the tokens accepted since the last proposal (and the root).
+        Drafters call it at the start of `propose`, never between a proposal and its verification, so the rows a
+        proposal's q was computed over are the rows it is verified against."""
+        if isinstance(self.vocab, ContextVocab):
+            self.vocab.add_tokens(ids)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The draft LM head over this drafter's vocabulary, timed as LM-head time."""

@@ -32,10 +32,15 @@ from frspec.vocab.token_map import TokenMap
 class EagleDrafter(Drafter):
     """Drafts trees (chains included) with an EAGLE-1/2 or EAGLE-3 head, optionally through an FR-Spec token map."""
 
-    def __init__(self, head: EagleHead, num_target_layers: int, token_map: TokenMap | None = None):
+    def __init__(self, head: EagleHead, num_target_layers: int, token_map: TokenMap | None = None,
+                 context_rows: int = 0, context_budget: str = "fixed"):
+        """`context_rows` > 0 makes the vocabulary context-aware (vocab/context_vocab.py), as for a draft model:
+        up to that many rows for the request's prompt and accepted tokens that the head can score (an EAGLE-3
+        head's d2t vocabulary bounds them), within the map's k rows ("fixed") or added to them ("additive")."""
         super().__init__()
         self.head = head
-        self.vocab = head.draft_vocab(token_map)  # FR-Spec: only the map's rows of the head's LM head are scored
+        # FR-Spec: only the map's rows (and, context-aware, the request's) of the head's LM head are scored.
+        self.vocab = head.draft_vocab(token_map, context_rows, context_budget)
         self.device = head.embed_tokens.weight.device
         # Indices of the target's `hidden_states` output the head reads; the engine asks the target for just these.
         self.target_hidden_layers: list[int] = head.target_layer_ids(num_target_layers)
@@ -63,6 +68,7 @@ class EagleDrafter(Drafter):
     def prefill(self, context: torch.Tensor) -> None:
         """Run the head over the prompt's pairs (x_{t+1}, h_t), t < L - 1, once the target's prefill states have
         been observed; the last prompt state pairs with the first generated token in the first `propose`."""
+        self._begin_request(context)
         features = self._take_features()
         if features is None:
             return
@@ -101,6 +107,7 @@ class EagleDrafter(Drafter):
             raise ValueError(f"EAGLE drafter has target hidden states for {have} positions, needs {n - 1}")
         # Catch up on the committed pairs: tokens x_{done+1} .. x_{n-1} with h_done .. h_{n-2}.
         ids = context[:, done + 1 : n].to(self.device)
+        self._add_request_tokens(ids)  # the tokens accepted since the last proposal, and the root
         positions = torch.arange(done, n - 1, device=self.device)[None]
         out = self.head(ids, features, positions, cache=self.cache)
         self.steps += 1

@@ -26,15 +26,28 @@ def build_generator(
     tokenizer=None,
     eagle: EagleHead | str | os.PathLike | None = None,
     tree: TreeShape | None = None,
+    context_rows: int = 0,
+    context_budget: str = "fixed",
 ) -> SpeculativeGenerator:
     """A generator for the usual methods: vanilla (no draft), draft model, or draft model + FR-Spec token map;
     or an EAGLE head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a map.
 
     `tree` drafts token trees (chain, static or dynamic, see TreeShape) instead of num_spec_tokens chains.
+    `context_rows` > 0 makes the drafter's vocabulary context-aware (vocab/context_vocab.py): the map's rows plus
+    up to that many rows for the request's prompt and accepted tokens, within the map's k rows
+    (`context_budget="fixed"`) or added to them ("additive"); it needs a token map and a drafter built here.
     Every check (depth, vocabularies, map size) runs before the drafter's DraftVocab copies any LM-head rows. Models
     and heads are shared, never modified: several generators may draft with one draft model or EAGLE head.
     """
     check_num_spec_tokens(num_spec_tokens)
+    context = dict(context_rows=context_rows, context_budget=context_budget)
+    if context_rows:
+        if draft is None and eagle is None:
+            raise FrspecError("context rows extend a drafter's token map: give a draft model or an EAGLE head")
+        if isinstance(draft, Drafter):
+            raise FrspecError("give the context rows to the drafter itself, not to build_generator")
+        if token_map is None:
+            raise FrspecError("a context-aware draft vocabulary extends a token map: give one (--token-map)")
     drafter = None
     if eagle is not None:
         if draft is not None:
@@ -42,7 +55,7 @@ def build_generator(
         if token_map is not None:
             check_token_map(token_map, vocab_size_of(target), "the target model", tokenizer)
         head = eagle if isinstance(eagle, EagleHead) else load_eagle_head(eagle, target)
-        drafter = EagleDrafter(head, int(target.config.num_hidden_layers), token_map)
+        drafter = EagleDrafter(head, int(target.config.num_hidden_layers), token_map, **context)
     elif draft is None:
         if token_map is not None:
             raise FrspecError("a token map restricts a drafter's LM head: give a draft model too")
@@ -54,5 +67,5 @@ def build_generator(
         vocab_size = check_same_vocab(target, draft)
         if token_map is not None:
             check_token_map(token_map, vocab_size, "the target model", tokenizer)
-        drafter = DraftModelDrafter(draft, token_map)
+        drafter = DraftModelDrafter(draft, token_map, **context)
     return SpeculativeGenerator(target, drafter, tokenizer, num_spec_tokens, tree)

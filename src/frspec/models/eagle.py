@@ -36,6 +36,7 @@ from transformers.models.llama.modeling_llama import (
 from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer, Qwen2RotaryEmbedding
 
 from frspec.models.attention import causal_mask
+from frspec.vocab.context_vocab import build_draft_vocab
 from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.token_map import TokenMap
 
@@ -65,10 +66,14 @@ class EagleHead(nn.Module):
     def target_vocab_size(self) -> int:
         return int(self.embed_tokens.num_embeddings)
 
-    def draft_vocab(self, token_map: TokenMap | None = None) -> DraftVocab:
-        """A new DraftVocab over this head's LM head, restricted to `token_map` when given (the head is untouched)."""
-        return DraftVocab.build(self.lm_head.weight, getattr(self.lm_head, "bias", None), token_map,
-                                head_to_target=self.head_to_target, vocab_size=self.target_vocab_size)
+    def draft_vocab(self, token_map: TokenMap | None = None, context_rows: int = 0,
+                    context_budget: str = "fixed") -> DraftVocab:
+        """A new DraftVocab over this head's LM head, restricted to `token_map` when given (the head is untouched);
+        with `context_rows` a ContextVocab (vocab/context_vocab.py) whose request rows are only tokens this head
+        can score (EAGLE-3: its d2t vocabulary)."""
+        return build_draft_vocab(self.lm_head.weight, getattr(self.lm_head, "bias", None), token_map,
+                                 head_to_target=self.head_to_target, vocab_size=self.target_vocab_size,
+                                 context_rows=context_rows, context_budget=context_budget)
 
     def new_cache(self) -> DynamicCache:
         return DynamicCache()

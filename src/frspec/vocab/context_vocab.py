@@ -311,3 +311,22 @@ class ContextVocab(DraftVocab):
         return (f"{super().extra_repr()}, budget={self.slots.budget}, extra_rows={self.slots.extra_rows}, "
                 f"context_rows={self.context_rows}")
 
+
+def build_draft_vocab(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    token_map: TokenMap | None = None,
+    head_to_target: torch.Tensor | None = None,
+    vocab_size: int | None = None,
+    context_rows: int = 0,
+    context_budget: str = "fixed",
+) -> DraftVocab:
+    """A drafter's vocabulary: the static `DraftVocab` of `token_map` (or of the whole head), or with
+    `context_rows` > 0 a `ContextVocab` giving that many rows to the request's tokens under `context_budget`.
+    The one place every drafter (draft model, EAGLE head) makes this choice."""
+    if context_rows:
+        return ContextVocab.build(weight, bias, token_map, head_to_target, vocab_size, extra_rows=context_rows,
+                                  budget=context_budget)
+    if context_budget not in BUDGETS:
+        raise FrspecError(f"context budget must be one of {', '.join(BUDGETS)}, got {context_budget!r}")
+    return DraftVocab.build(weight, bias, token_map, head_to_target, vocab_size)
