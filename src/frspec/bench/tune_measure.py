@@ -101,9 +101,21 @@ def head_costs(vocabs: dict[int | None, DraftVocab], widths: Sequence[int], repe
     return out
 
 
+def interleaved_row_costs(model: torch.nn.Module, rows: Sequence[int], context: int, rounds: int = 3
+                          ) -> dict[int, float]:
+    """row_costs' measurement in `rounds` passes over all row counts (alternating direction), the median per row
+    count: a slow spell of a shared machine then spoils one sample of many row counts, not every sample of a few."""
+    samples: dict[int, list[float]] = {n: [] for n in rows}
+    for r in range(rounds):
+        order = list(rows) if r % 2 == 0 else list(reversed(rows))
+        for n, cost in measure_row_costs(model, order, context=context, repeats=1, warmup=1 if r == 0 else 0).items():
+            samples[n].append(cost)
+    return {n: statistics.median(samples[n]) for n in rows}
+
+
 def draft_base_costs(draft: torch.nn.Module, widths: Sequence[int], context: int) -> dict[int, float]:
-    """Median seconds of the draft's forward without its LM head over n rows (row_costs' measurement)."""
-    return measure_row_costs(draft.base_model, widths, context=context, repeats=5, warmup=2)
+    """Median seconds of the draft's forward without its LM head over n rows."""
+    return interleaved_row_costs(draft.base_model, widths, context, rounds=5)
 
 
 def engine_spec_run(target, draft, tokenizer, prompt: Sequence[int], num_spec_tokens: int, max_new_tokens: int

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from frspec.bench.methods import DRAFT, FRSPEC, VANILLA, Method
-from frspec.bench.row_costs import measure_row_costs
 from frspec.bench.runner import BenchResult, run_benchmark
 from frspec.bench.tune_measure import (
-    calibration_context, draft_base_costs, draft_ranks, draft_vocabs, engine_spec_run, head_costs, overheads,
-    reference_outputs,
+    calibration_context, draft_base_costs, draft_ranks, draft_vocabs, engine_spec_run, head_costs,
+    interleaved_row_costs, overheads, reference_outputs,
 )
 from frspec.bench.tune_predict import (
     TREE_SHAPES, Candidate, Measurements, Prediction, candidates, cheap_rows, rank_predictions, to_confirm,
@@ -75,7 +74,7 @@ def measure(target, draft, tokenizer, calibration: Sequence[Sequence[int]], toke
                                          settings.warmup_tokens)
     context = calibration_context(calibration, settings.max_new_tokens)
     say(f"target forward cost for 1..{settings.max_rows} rows at a {context}-token context")
-    target_costs = measure_row_costs(target, range(1, settings.max_rows + 1), context=context, repeats=3, warmup=1)
+    target_costs = interleaved_row_costs(target, range(1, settings.max_rows + 1), context, rounds=3)
     say(f"draft ranks of the target's tokens, full vocabulary and maps {', '.join(map(str, sorted(token_maps)))}")
     vocabs = draft_vocabs(draft, token_maps)
     ranks = draft_ranks(draft, vocabs, list(zip(calibration, outputs)))
