@@ -56,7 +56,9 @@ def _counts_file(tiny_dirs, tmp_path):
 def test_cli_tune_writes_the_measured_best_as_a_config(tiny_dirs, tmp_path, capsys):
     target_dir, draft_dir = tiny_dirs
     out, report = tmp_path / "cfg" / "tune.json", tmp_path / "report"
-    code = main(["tune", "--target", str(target_dir), "--draft", str(draft_dir), "--dtype", "fp32", "--threads",
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in CORPUS))
+    code = main(["tune", "--dataset", str(prompts), "--target", str(target_dir), "--draft", str(draft_dir), "--dtype", "fp32", "--threads",
                  "1", "--counts", str(_counts_file(tiny_dirs, tmp_path)), "--token-map-sizes", "16,64",
                  "--num-prompts", "3", "--max-new-tokens", "12", "--confirm-prompts", "2", "--confirm-tokens", "8",
                  "--top", "2", "--context-rows", "8", "--context-budget", "fixed", "--out", str(out),
@@ -84,14 +86,14 @@ def test_cli_tune_writes_the_measured_best_as_a_config(tiny_dirs, tmp_path, caps
 
 @pytest.mark.parametrize("extra, message", [
     (["--top", "0"], "--top must be >= 1"),
-    (["--confirm-prompts", "5"], "--confirm-prompts cannot exceed --num-prompts"),
+    (["--confirm-prompts", "2"], "--confirm-prompts cannot exceed --num-prompts"),
     (["--draft", "none"], "needs a --draft model"),
     (["--token-map-sizes", "16,16"], "distinct positive sizes"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
 ])
 def test_cli_tune_bad_input_is_one_line(tiny_dirs, tmp_path, capsys, extra, message):
     target_dir, draft_dir = tiny_dirs
-    code = main(["tune", "--target", str(target_dir), "--draft", str(draft_dir), "--num-prompts", "2",
+    code = main(["tune", "--target", str(target_dir), "--draft", str(draft_dir), "--num-prompts", "1",
                  "--out", str(tmp_path / "t.json"), *extra])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
@@ -104,7 +106,10 @@ def test_cli_bench_runs_the_config_as_a_row(tiny_dirs, tmp_path):
     TokenMap.from_counts(count_tokens(tok, CORPUS, vocab_size=VOCAB), top_k=32).save(tmp_path / "m32.safetensors")
     config = DecodeConfig(target=str(target_dir), draft=str(draft_dir), dtype="fp32", token_map_size=32,
                           token_map_path="m32.safetensors", tree="static-2x2").save(tmp_path / "tune.json")
-    base = ["bench", "--config", str(config), "--num-prompts", "2", "--max-new-tokens", "6", "--threads", "1",
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in CORPUS))
+    base = ["bench", "--config", str(config), "--dataset", str(prompts), "--num-prompts", "2", "--max-new-tokens",
+            "6", "--threads", "1",
             "--no-progress"]
     assert main([*base, "--out", str(tmp_path / "a")]) == 0
     payload = json.loads((tmp_path / "a" / "results.json").read_text())

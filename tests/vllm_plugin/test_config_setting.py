@@ -17,6 +17,7 @@ from frspec.vllm_plugin import settings
 @pytest.fixture
 def config_file(tmp_path, monkeypatch):
     monkeypatch.delenv(settings.TOKEN_MAP_ENV, raising=False)
+    (tmp_path / "config.json").write_text("{}")  # a model directory as far as serve's resolution is concerned
     path = DecodeConfig(target=str(tmp_path), draft=str(tmp_path), token_map_size=8,
                         token_map_path="tune-map8.safetensors", tree="chain-3").save(tmp_path / "tune.json")
     monkeypatch.setenv(settings.CONFIG_ENV, str(path))

@@ -100,7 +100,9 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     for name, value in s.items():
         if value < 1:
             raise FrspecError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    if s["confirm_prompts"] > s["num_prompts"]:
+    if args.confirm_prompts is None:
+        s["confirm_prompts"] = min(s["confirm_prompts"], s["num_prompts"])
+    elif s["confirm_prompts"] > s["num_prompts"]:
         raise FrspecError("--confirm-prompts cannot exceed --num-prompts (they are the first calibration prompts)")
     if args.top < 1:
         raise FrspecError(f"--top must be >= 1, got {args.top}")
