@@ -1,7 +1,8 @@
 """Sampling is lossless: the first two emitted tokens of a speculative step follow the target's joint law exactly.
 
-Fixed logit tables over a 10-token vocabulary (lossless_problem.py), the real drafting (chains as the draft-model
-drafter draws them, trees by `grow_tree`) and the real verifier (decode_adapter.py), temperature 0.8, top-k 5 and
+Fixed logit tables over a 10-token vocabulary (lossless_problem.py), the real drafting (chains by the draft-model
+drafter's own `propose`, its base model replaced by the fixed hidden states; trees by `grow_tree`; both choose each
+child with tree_growth's `add_children`) and the real verifier (decode_adapter.py), temperature 0.8, top-k 5 and
 top-p 0.95 on target and drafter alike. For each shape (chain; static tree, 2 children per node sampled without
 replacement; EAGLE-2 dynamic tree, deterministic top-3 children, budget 6) and each draft vocabulary (full; an
 FR-Spec map; an EAGLE-3 head_to_target composed with a map) we draw `sample_size` >= 1e5 steps.
@@ -10,9 +11,11 @@ Power (lossless_power.py): the reference P(x1, x2) is computed with transformers
 gives probability 0 must never occur, and the chi-square check at ALPHA = 1e-3 detects any deviation of total
 variation >= DETECTED_TV = 0.01 with probability >= 0.9 (asserted per test from its sample size and cell count).
 
-Negative controls: three subtle wrong residual rules, patched into the real tree verifier, must fail the same check
-(same function, same alpha) already at CONTROL_SAMPLES = 40,000 samples, a third of the positive tests' size: so
-the positive tests would catch each of them with a wide margin.
+Negative controls: three subtle wrong residual rules, patched into the real tree verifier (static tree), and two
+wrong chain rules, patched into the draft-model chain's choice of a child (recording the unfiltered q; recording
+the root's q at every node), must fail the same check (same function, same alpha) already at CONTROL_SAMPLES =
+40,000 samples, a third of the positive tests' size (which detects TV >= 0.0169 at power 0.9 over the 24 cells):
+so the positive tests would catch each of them with a wide margin.
 """
 
 from __future__ import annotations
@@ -92,6 +95,8 @@ def _draft_tables(variant: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _apply_control(control: str, variant: str):
+    if control.startswith("chain_"):
+        return _apply_chain_control(control)
     filtered, unfiltered = _draft_tables(variant)
 
     def source(r: torch.Tensor) -> tuple[int, torch.Tensor]:
@@ -125,11 +130,33 @@ def _apply_control(control: str, variant: str):
     return dec.replace_piece("residual", wrong)
 
 
+def _apply_chain_control(control: str):
+    """Wrong chain rules, patched into the draft-model drafter's choice of a child (the `chain_children` piece): the
+    token is still drawn from the filtered q, but the verifier is told another distribution. Since the chain tests
+    run DraftModelDrafter's real chain code, these fail only if that code is what the tests run."""
+
+    def wrong_children(tree, parent, logits, n, params, generator, vocab):
+        nodes = dec.ORIGINAL["chain_children"](tree, parent, logits, n, params, generator, vocab)
+        if control == "chain_unfiltered_q":  # records the draft's q before top-k / top-p
+            tree.child_probs[parent] = vocab.to_full(torch.softmax(logits.float() / params.temperature, -1))
+        elif control == "chain_stale_q":  # every node records the root's q (a q not updated down the chain)
+            tree.child_probs[parent] = tree.child_probs[0]
+        else:
+            raise ValueError(control)
+        return nodes
+
+    return dec.replace_piece("chain_children", wrong_children)
+
+
+CONTROLS = [("static", "unfiltered_q"), ("static", "wrong_sibling"), ("static", "not_renormalised"),
+            ("chain", "chain_unfiltered_q"), ("chain", "chain_stale_q")]
+
+
 @pytest.mark.lossless_heavy
-@pytest.mark.parametrize("control", ["unfiltered_q", "wrong_sibling", "not_renormalised"])
-def test_negative_controls_fail_the_same_check(control):
+@pytest.mark.parametrize("method,control", CONTROLS)
+def test_negative_controls_fail_the_same_check(method, control):
     if SCALE < 1:
         pytest.skip("a wrong rule is only sure to be caught at full size (FRSPEC_LOSSLESS_SCALE < 1)")
-    c = counts("static", "map", seed=11, control=control, n=CONTROL_SAMPLES)
+    c = counts(method, "map", seed=11, control=control, n=CONTROL_SAMPLES)
     with pytest.raises(DistributionMismatch):
-        check_distribution(c, PROBLEM.reference_joint, f"static/map with {control}")
+        check_distribution(c, PROBLEM.reference_joint, f"{method}/map with {control}")

@@ -207,6 +207,8 @@ def _rows() -> list[Row]:
           lambda ws, t: (gen(ws, "--eagle", _head(ws, t, cut=True)), None), 2, r"head"),
         R("generate-eagle-wrong-target", "generate", "--eagle head of another target",
           lambda ws, t: (gen(ws, "--eagle", _head(ws, t, hidden=48)), None), 2, r"(?i)hidden|size"),
+        R("generate-eagle-other-vocab", "generate", "--eagle head of another vocabulary",
+          lambda ws, t: (gen(ws, "--eagle", _head(ws, t, vocab_extra=8)), None), 2, r"(?i)vocab"),
         R("generate-max-new-tokens-negative", "generate", "--max-new-tokens -1",
           lambda ws, t: (gen(ws, "--max-new-tokens", "-1"), None), 2, r"max_new_tokens|max-new-tokens"),
         R("generate-max-new-tokens-huge", "generate", "--max-new-tokens 10^12",
@@ -282,21 +284,23 @@ def _thunlp(path: Path, ids: list[int]) -> Path:
     return path
 
 
-def _head(ws, t: Path, config: bytes | None = None, cut: bool = False, hidden: int | None = None) -> Path:
+def _head(ws, t: Path, config: bytes | None = None, cut: bool = False, hidden: int | None = None,
+          vocab_extra: int = 0) -> Path:
     head = t / "head"
     shutil.copytree(ws.eagle, head)
     if config is not None:
         (head / "config.json").write_bytes(config)
     if cut:
         truncated(head / "model.safetensors", head / "model.safetensors", 0.5)
-    if hidden is not None:
+    if hidden is not None or vocab_extra:
         import torch
 
         from eagle_tiny import oracle_eagle2_checkpoint
         from spec_tiny import tiny_lm
         from safetensors.torch import save_file
 
-        cfg, state = oracle_eagle2_checkpoint(tiny_lm("llama", ws.vocab, hidden=hidden, seed=0, dtype=torch.float32))
+        cfg, state = oracle_eagle2_checkpoint(tiny_lm("llama", ws.vocab + vocab_extra, hidden=hidden or 32, seed=0,
+                                                        dtype=torch.float32))
         (head / "config.json").write_text(json.dumps(cfg))
         save_file({k: v.contiguous() for k, v in state.items()}, str(head / "model.safetensors"))
     return head

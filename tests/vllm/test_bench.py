@@ -3,6 +3,8 @@ greedy identity against vanilla vLLM, FR-Spec active in the engine that has the 
 
 import json
 
+import pytest
+
 from frspec.cli import main
 
 
@@ -26,3 +28,41 @@ def test_vllm_bench_runs_every_method_at_every_batch_size(tiny, tmp_path, monkey
         assert rows[("fr-spec k=2 map=40", b)]["speedup_vs_drafter"] > 0
     assert result["divergences"] == []
     assert "| fr-spec | 2 | 40 | 2 |" in (out / "results.md").read_text()
+
+
+@pytest.mark.parametrize("head, method, kept", [("eagle_head", "eagle", 40), ("eagle3_head", "eagle3", 20)])
+def test_vllm_bench_eagle_rows_with_and_without_the_map(tiny, tmp_path, monkeypatch, head, method, kept):
+    """--eagle HEAD: vLLM's eagle / eagle3 method over the full vocabulary and with the map, on the head's target,
+    each greedy-identical to vanilla vLLM; three prompts repeated to fill a batch of 4."""
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("hello there", "abc def", "why?")))
+    out = tmp_path / "out"
+    argv = ["bench", "--engine", "vllm", "--target", tiny.eagle_target, "--draft", "none",
+            "--eagle", getattr(tiny, head), "--dataset", str(prompts), "--num-prompts", "3", "--max-new-tokens", "12",
+            "--num-spec-tokens", "2", "--token-map", tiny.token_map, "--batch-sizes", "1,4", "--repeats", "1",
+            "--dtype", "fp32", "--warmup-tokens", "2", "--out", str(out)]
+    assert main(argv) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["meta"]["eagle_method"] == method
+    assert result["meta"]["distinct_prompts"] == 3 and result["meta"]["prompt_ids"][3].endswith("#2")
+    rows = {(r["label"], r["batch_size"]): r for r in result["rows"]}
+    labels = ("vanilla", "eagle chain-2", "eagle+fr-spec chain-2 map=40")
+    assert set(rows) == {(m, b) for m in labels for b in (1, 4)}
+    for b in (1, 4):
+        assert rows[("eagle chain-2", b)]["greedy_identical"] == "yes"
+        assert rows[("eagle+fr-spec chain-2 map=40", b)]["greedy_identical"] == "yes"
+        assert rows[("eagle chain-2", b)]["drafter_rows"] is None
+        assert rows[("eagle+fr-spec chain-2 map=40", b)]["drafter_rows"] == [kept]  # eagle3: map ∩ d2t
+        assert rows[("eagle+fr-spec chain-2 map=40", b)]["drafts"] > 0
+    generated = [len(t) for g in result["generations"] for t in g["token_ids"]]
+    assert len(generated) == 3 * 2 * 4 and sum(generated) > 3 * 2 * 4 * 2  # not just EOS at once
+    assert result["divergences"] == []
+
+
+def test_vllm_bench_refuses_eagle_tree_shapes(tiny, capsys):
+    argv = ["bench", "--engine", "vllm", "--target", tiny.eagle_target, "--draft", "none", "--eagle", tiny.eagle_head,
+            "--tree-shapes", "static-3x2", "--token-map", tiny.token_map, "--dtype", "fp32"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "chains only" in err and "static-3x2" in err and "\n" not in err

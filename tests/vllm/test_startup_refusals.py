@@ -30,3 +30,10 @@ def test_ngram_speculation_is_refused(tiny):
     with pytest.raises(FrspecError, match="not 'ngram'"):
         start_llm(tiny.target, {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3},
                   tiny.token_map)
+
+
+def test_a_fixed_context_budget_larger_than_the_map_is_refused(tiny, monkeypatch):
+    monkeypatch.setenv("FRSPEC_CONTEXT_ROWS", "41")  # the map has 40 ids
+    with pytest.raises(FrspecError, match="at most 40 rows") as err:
+        start_llm(tiny.target, _spec(tiny), tiny.token_map)
+    assert "\n" not in str(err.value)

@@ -3,7 +3,6 @@ to start an in-process vLLM engine and look inside its drafter."""
 
 from __future__ import annotations
 
-import copy
 import gc
 import os
 from dataclasses import dataclass
@@ -11,30 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from frspec.vocab.token_map import TokenMap
+from spec_tiny import noisy_copy  # the engine tests' helpers (tests/decode, put on the path by conftest.py)
+from spec_tiny import tiny_tokenizer as tokenizer
 
-CHARS = "abcdefghijklmnopqrstuvwxyz .,!?\n0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-SPECIALS = ["<unk>", "<eos>", "<|im_start|>", "<|im_end|>"]
 VOCAB = 96  # the model's vocabulary: more rows than the tokenizer's ids, as Qwen2.5's 151,936 vs 151,665
 MAP_IDS = list(range(4, 44))  # a 40-token map; drafts from the full head land outside it often
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>{% endif %}"
-)
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [20], [30, 31, 32, 33, 34, 35, 36]]
-
-
-def tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {t: i for i, t in enumerate(SPECIALS + list(CHARS))}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("(.|\\n)"), behavior="isolated")
-    backend.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>",
-                                   additional_special_tokens=["<|im_start|>", "<|im_end|>"],
-                                   chat_template=CHAT_TEMPLATE, clean_up_tokenization_spaces=False)
 
 
 def qwen2(seed: int, layers: int = 2, tie: bool = False) -> Qwen2ForCausalLM:
@@ -46,16 +30,6 @@ def qwen2(seed: int, layers: int = 2, tie: bool = False) -> Qwen2ForCausalLM:
     with torch.no_grad():  # peaked next-token distributions, so greedy decoding has no near-ties
         model.lm_head.weight.mul_(3.0)
     return model
-
-
-def noisy_copy(model: torch.nn.Module, scale: float, seed: int) -> torch.nn.Module:
-    """A draft that agrees with `model` often but not always."""
-    draft = copy.deepcopy(model)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * scale * p.std())
-    return draft
 
 
 @dataclass

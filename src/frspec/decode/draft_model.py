@@ -6,10 +6,10 @@ import torch
 
 from frspec.decode.drafter import Drafter, check_token_map
 from frspec.decode.kv_cache import cache_length, enable_rollback, new_cache, truncate_cache
-from frspec.decode.sampling import SamplingParams, logits_to_probs, sample
+from frspec.decode.sampling import SamplingParams
 from frspec.decode.timing import now
 from frspec.decode.token_tree import TokenTree, check_tree_support, expansion_inputs
-from frspec.decode.tree_growth import grow_tree
+from frspec.decode.tree_growth import add_children, grow_tree
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
 from frspec.models.loading import vocab_size_of
@@ -92,27 +92,19 @@ class DraftModelDrafter(Drafter):
         return tree
 
     def _chain(self, root: int, inputs, depth: int, sampling, generator) -> TokenTree:
-        """Draft `depth` tokens one after another with the model's own causal mask (no tree mask needed)."""
-        indices, probs = [], []
+        """Draft `depth` tokens one after another with the model's own causal mask (no tree mask needed).
+
+        Each token is chosen by `add_children`, the rule trees use too (one child per node)."""
+        tree, node = TokenTree.from_root(root), 0
         for _ in range(depth):
             hidden = self.base(input_ids=inputs, cache=self.cache, use_cache=True).last_hidden_state[:, -1]
             head_start = now(self.device)
-            logits = self.vocab.logits(hidden)  # [1, k]
-            if sampling.is_greedy:
-                idx = logits.argmax(-1)
-            else:
-                q = logits_to_probs(logits, sampling)
-                idx = sample(q, generator)
-                probs.append(q[0])
+            node = add_children(tree, node, self.vocab.logits(hidden)[0], 1, sampling, generator, self.vocab)[0]
             self.lm_head_time_s += now(self.device) - head_start
-            indices.append(idx)
-            inputs = self.vocab.to_target(idx).view(1, 1)
+            inputs = torch.tensor([[tree.tokens[node]]], device=self.device)
         # The last drafted token is not fed to the model: it is only needed if all drafts are accepted, and then
         # the next propose() feeds it together with the target's bonus token.
         self.steps += depth
-        tree = TokenTree.chain(root, self.vocab.to_target(torch.cat(indices)).tolist())
-        for node, q in enumerate(probs):
-            tree.child_probs[node] = self.vocab.to_full(q)
         return tree
 
     def _tree(self, root: int, inputs, n: int, shape: TreeShape, sampling, generator) -> TokenTree:

@@ -48,25 +48,42 @@ def grow_tree(
     if shape.kind == "dynamic":
         _grow_dynamic(tree, root_logits, shape, expand, params, vocab)
         return tree
-    sampled = not params.is_greedy
-    if sampled and vocab is None:
-        raise ValueError("grow_tree needs the drafter's DraftVocab to record the draft distributions of sampled children")
     frontier, logits = [0], root_logits.reshape(1, -1)
     for level in range(1, shape.depth + 1):
         new_nodes = []
         for row, parent in enumerate(frontier):
-            if sampled:
-                probs = logits_to_probs(logits[row], params)
-                picks = _sample_without_replacement(probs, shape.branching, generator)
-                tree.child_probs[parent] = vocab.to_full(probs)
-            else:
-                picks = _topk_draft(logits[row], shape.branching)
-            for draft_idx in picks:
-                new_nodes.append(tree.add_child(parent, _target_id(draft_idx, vocab)))
+            new_nodes.extend(add_children(tree, parent, logits[row], shape.branching, params, generator, vocab))
         if level == shape.depth or not new_nodes:
             break
         frontier, logits = new_nodes, expand(tree, new_nodes)
     return tree
+
+
+def add_children(
+    tree: TokenTree,
+    parent: int,
+    logits: torch.Tensor,
+    n: int,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    vocab: DraftVocab | None,
+) -> list[int]:
+    """Add `parent`'s children to `tree` from the draft logits at it ([draft_vocab]); returns the new nodes.
+
+    Greedy: the top-n draft tokens. Sampling: n draws without replacement from the draft distribution, which is
+    recorded (over target ids) in `tree.child_probs[parent]` for the verifier. The one rule by which chains and
+    static trees choose children: the draft-model drafter's chains, which run the model a token at a time instead
+    of through `grow_tree`, call it too, so the fixed-logit distribution tests cover both.
+    """
+    if params.is_greedy:
+        picks = _topk_draft(logits, n)
+    else:
+        if vocab is None:
+            raise ValueError("sampled children need the drafter's DraftVocab to record their draft distribution")
+        probs = logits_to_probs(logits, params)
+        picks = _sample_without_replacement(probs, n, generator)
+        tree.child_probs[parent] = vocab.to_full(probs)
+    return [tree.add_child(parent, _target_id(idx, vocab)) for idx in picks]
 
 
 def _grow_dynamic(tree, root_logits, shape, expand, params, vocab) -> None:

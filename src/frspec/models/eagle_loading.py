@@ -46,6 +46,12 @@ def load_eagle_head(source: str | os.PathLike, target: PreTrainedModel) -> Eagle
     return build_head(config, state, target, str(source))
 
 
+def eagle_version(source: str | os.PathLike) -> int:
+    """3 for an EAGLE-3 checkpoint, 2 for an EAGLE-1/2 one (as `load_eagle_head` would build it), without a target."""
+    directory = resolve_head_dir(source)
+    return 3 if is_eagle3(_read_config(directory), read_head_weights(directory)) else 2
+
+
 def resolve_head_dir(source: str | os.PathLike) -> Path:
     """A local directory with config.json: `source` itself, or the hub snapshot of the repo id `source`."""
     spec = str(source)

@@ -82,14 +82,23 @@ def head_config_dict(head: Eagle2Head, metadata: dict | None = None) -> dict:
 
 def save_head(head: Eagle2Head, out_dir: str | os.PathLike, dtype: torch.dtype = torch.bfloat16,
               metadata: dict | None = None) -> Path:
-    """Write config.json + model.safetensors (atomically each) so `load_eagle_head(out_dir, target)` reads it."""
+    """Write config.json + model.safetensors so `load_eagle_head(out_dir, target)` reads it.
+
+    A reader never sees half a head or a mix of two: both files are written completely beside their final names
+    first (an interrupt there leaves a previous head untouched and no temporary file). Only then is the previous
+    head's config.json, which marks a head complete (the loader and `is_head_ready` need it), removed, the new
+    weights renamed into place and the new config.json last. An interrupt within those renames leaves no head
+    (weights without a config.json), never new weights under an old config.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in trainable_state(head).items()}
-    with atomic_path(out / "model.safetensors") as tmp:
-        save_file(state, str(tmp), metadata={"format": "pt"})
-    with atomic_path(out / "config.json") as tmp:
-        tmp.write_text(json.dumps(head_config_dict(head, metadata), indent=2) + "\n")
+    config = json.dumps(head_config_dict(head, metadata), indent=2) + "\n"
+    with atomic_path(out / "config.json") as config_tmp:  # renamed last: when the weights are in place
+        config_tmp.write_text(config)
+        with atomic_path(out / "model.safetensors") as weights_tmp:
+            save_file(state, str(weights_tmp), metadata={"format": "pt"})
+            (out / "config.json").unlink(missing_ok=True)
     return out
 
 

@@ -8,7 +8,10 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from frspec.errors import FrspecError
+from frspec.vllm_plugin.settings import CONTEXT_ROWS_ENV, ContextSetting
 from frspec.vllm_plugin.shard_rows import select_shard_rows
+from frspec.vocab.context_vocab import ContextVocab
 from frspec.vocab.draft_vocab import DraftVocab, kept_rows
 from frspec.vocab.token_map import TokenMap
 
@@ -18,11 +21,13 @@ class DrafterHead(nn.Module):
 
     `vocab` scores this rank's kept rows; `all_gather` (None for one rank) concatenates every rank's [N, width]
     logits along the last dim and `gather_index` picks the K kept columns out of that in map order. `target_ids`
-    [K] is the target id of each kept column (the same on every rank).
+    [K] is the target id of each kept column (the same on every rank): with one rank, the vocabulary's own (a
+    ContextVocab's change with the batch), else `gathered_target_ids`, every rank's kept ids in map order.
     """
 
-    def __init__(self, vocab: DraftVocab, target_ids: torch.Tensor, vocab_size: int, width: int | None = None,
-                 gather_index: torch.Tensor | None = None, all_gather: Callable[[torch.Tensor], torch.Tensor] | None = None):
+    def __init__(self, vocab: DraftVocab, vocab_size: int, gathered_target_ids: torch.Tensor | None = None,
+                 width: int | None = None, gather_index: torch.Tensor | None = None,
+                 all_gather: Callable[[torch.Tensor], torch.Tensor] | None = None):
         super().__init__()
         self.vocab = vocab
         # The engine's own GEMM for `vocab.head` (vLLM on CPU: a prepacked oneDNN kernel, as for the full head);
@@ -31,8 +36,13 @@ class DrafterHead(nn.Module):
         self.vocab_size = int(vocab_size)
         self.width = width
         self.all_gather = all_gather
-        self.register_buffer("target_ids", target_ids.clone(), persistent=False)
+        self.register_buffer("gathered_target_ids", None if gathered_target_ids is None else gathered_target_ids.clone(),
+                             persistent=False)
         self.register_buffer("gather_index", None if gather_index is None else gather_index.clone(), persistent=False)
+
+    @property
+    def target_ids(self) -> torch.Tensor:
+        return self.vocab.target_ids if self.gathered_target_ids is None else self.gathered_target_ids
 
     @property
     def size(self) -> int:
@@ -87,20 +97,30 @@ def build_drafter_head(
     bias: torch.Tensor | None = None,
     head_to_target: torch.Tensor | None = None,
     all_gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    context: ContextSetting | None = None,
 ) -> DrafterHead:
     """The head for one rank. `weight` [rows_of_shard, hidden] is the rank's shard (the whole head with one rank,
     padding rows included or not), `n_rows` the head's global row count, `head_to_target` [n_rows] the target id
     of each global row (EAGLE-3; None: row i is target id i). `shard_ranges`, with more than one rank: every
-    rank's [start, end) global rows, and `all_gather` the tensor-parallel all-gather along the last dim."""
+    rank's [start, end) global rows, and `all_gather` the tensor-parallel all-gather along the last dim.
+    `context`: a context-aware head (a ContextVocab over the map; one rank only)."""
+    one_rank = shard_ranges is None or len(shard_ranges) == 1
+    if context is not None:
+        if not one_rank:
+            raise FrspecError(f"context-aware drafting ({CONTEXT_ROWS_ENV}) supports one rank, not tensor "
+                              f"parallelism over {len(shard_ranges)} ranks")
+        vocab = ContextVocab.build(weight[:n_rows], None if bias is None else bias[:n_rows], token_map,
+                                   head_to_target, vocab_size, extra_rows=context.extra_rows, budget=context.budget)
+        return DrafterHead(vocab, vocab_size)
     device = weight.device
     rows, target_ids = kept_rows(token_map, n_rows, vocab_size, head_to_target, device=device)
-    if shard_ranges is None or len(shard_ranges) == 1:
+    if one_rank:
         vocab = DraftVocab(weight, vocab_size, rows=rows, target_ids=target_ids, bias=bias, token_map=token_map)
-        return DrafterHead(vocab, target_ids, vocab_size)
+        return DrafterHead(vocab, vocab_size)
     part = select_shard_rows(rows, target_ids, shard_ranges, rank)
     vocab = DraftVocab(weight, vocab_size, rows=part.local_rows, target_ids=part.target_ids, bias=bias,
                        token_map=token_map)
-    return DrafterHead(vocab, target_ids, vocab_size, part.width, part.gather_index, all_gather)
+    return DrafterHead(vocab, vocab_size, target_ids, part.width, part.gather_index, all_gather)
 
 
 def vllm_shard_ranges(lm_head: Any) -> list[tuple[int, int]]:

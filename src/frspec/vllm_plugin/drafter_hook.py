@@ -16,8 +16,9 @@ from typing import Any
 import torch
 
 from frspec.errors import FrspecError
+from frspec.vllm_plugin.batch_context import BatchContextRows
 from frspec.vllm_plugin.drafter_head import DrafterHead, build_drafter_head, vllm_shard_ranges
-from frspec.vllm_plugin.settings import load_configured_map, token_map_path
+from frspec.vllm_plugin.settings import ContextSetting, context_setting, load_configured_map, token_map_path
 from frspec.vllm_plugin.startup_check import SUPPORTED_METHODS
 
 
@@ -26,8 +27,9 @@ def drafter_model(proposer: Any) -> Any:
     return model.unwrap() if hasattr(model, "unwrap") else model
 
 
-def head_for(model: Any) -> DrafterHead:
-    """The FR-Spec head for a loaded vLLM draft model (or EAGLE head) and the configured map."""
+def head_for(model: Any, context: ContextSetting | None = None) -> DrafterHead:
+    """The FR-Spec head for a loaded vLLM draft model (or EAGLE head) and the configured map (context-aware with
+    `context`)."""
     from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 
     lm_head, processor = model.lm_head, model.logits_processor
@@ -57,8 +59,11 @@ def head_for(model: Any) -> DrafterHead:
     head = build_drafter_head(
         weight, token_map, vocab_size, n_rows, shard_ranges=vllm_shard_ranges(lm_head), rank=lm_head.tp_rank,
         bias=None if bias is None else bias.detach(), head_to_target=head_to_target, all_gather=all_gather,
+        context=context,
     )
-    head.matmul = vllm_gemm(head.vocab.head)
+    # A context-aware head's rows change between steps: a prepacked copy of them would go stale, so it multiplies
+    # with torch's own matmul over the live rows.
+    head.matmul = None if context is not None else vllm_gemm(head.vocab.head)
     return head
 
 
@@ -85,7 +90,8 @@ def install(proposer: Any) -> DrafterHead:
     if proposer.use_heterogeneous_vocab or proposer.use_local_argmax_reduction:
         raise FrspecError("FR-Spec in vLLM does not support use_heterogeneous_vocab or use_local_argmax_reduction")
     model = drafter_model(proposer)
-    head = head_for(model)
+    context = context_setting()
+    head = head_for(model, context)
 
     def greedy_sample(hidden_states: torch.Tensor) -> torch.Tensor:
         return head.to_target(head.kept_logits(hidden_states).argmax(dim=-1))
@@ -101,11 +107,15 @@ def install(proposer: Any) -> DrafterHead:
     proposer._sample_draft_tokens = sample_draft_tokens
     model.compute_logits = head.full_logits  # any other caller of the drafter's logits sees the pruned head too
     proposer.frspec_head = head
+    if context is not None:
+        proposer.frspec_context = BatchContextRows(head.vocab)  # updated by the runner hook between steps
     from vllm.logger import init_logger
 
     init_logger("vllm.frspec").info(
-        "FR-Spec: %s drafter scores %d of %d target ids (this rank: %d LM-head rows) from %s",
-        proposer.method, head.size, head.vocab_size, head.vocab.size, token_map_path())
+        "FR-Spec: %s drafter scores %d of %d target ids (this rank: %d LM-head rows) from %s%s",
+        proposer.method, head.size, head.vocab_size, head.vocab.size, token_map_path(),
+        "" if context is None else f", context-aware: {context.extra_rows} rows for the batch's tokens "
+        f"({context.budget} budget)")
     return head
 
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 
 from frspec.decode.decode_config import DecodeConfig
+from frspec.errors import FrspecError
+from frspec.vocab.context_vocab import BUDGETS
 from frspec.vocab.token_map import TokenMap
 
 TOKEN_MAP_ENV = "FRSPEC_TOKEN_MAP"
@@ -26,6 +29,8 @@ def configured() -> DecodeConfig | None:
     """The decode config FRSPEC_CONFIG names, or None; a bad file is one FrspecError naming it."""
     path = os.environ.get(CONFIG_ENV)
     return DecodeConfig.load(path) if path else None
+CONTEXT_ROWS_ENV = "FRSPEC_CONTEXT_ROWS"
+CONTEXT_BUDGET_ENV = "FRSPEC_CONTEXT_BUDGET"
 
 
 def token_map_path() -> str | None:
@@ -64,3 +69,28 @@ def warn_if_length_differs(num_speculative_tokens: int | None) -> None:
     message = speculative_length_mismatch(num_speculative_tokens)
     if message:
         logger.warning("FR-Spec: %s", message)
+@dataclass(frozen=True)
+class ContextSetting:
+    """Context-aware drafting: `extra_rows` rows for the running requests' own tokens under `budget` (see
+    frspec.vocab.context_vocab)."""
+
+    extra_rows: int
+    budget: str
+
+
+def context_setting() -> ContextSetting | None:
+    """FRSPEC_CONTEXT_ROWS (rows for the requests' tokens; unset or 0: the static map) and FRSPEC_CONTEXT_BUDGET
+    (fixed, the default: the rows displace the map's least frequent ones; additive: they come on top)."""
+    text = (os.environ.get(CONTEXT_ROWS_ENV) or "").strip()
+    budget = (os.environ.get(CONTEXT_BUDGET_ENV) or "fixed").strip()
+    if budget not in BUDGETS:
+        raise FrspecError(f"{CONTEXT_BUDGET_ENV} must be one of {', '.join(BUDGETS)}, got {budget!r}")
+    if not text:
+        return None
+    try:
+        rows = int(text)
+    except ValueError:
+        raise FrspecError(f"{CONTEXT_ROWS_ENV} must be a non-negative integer, got {text!r}") from None
+    if rows < 0:
+        raise FrspecError(f"{CONTEXT_ROWS_ENV} must be a non-negative integer, got {rows}")
+    return ContextSetting(rows, budget) if rows else None

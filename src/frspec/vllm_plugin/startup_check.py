@@ -9,8 +9,10 @@ from typing import Any
 
 from frspec.errors import FrspecError
 from frspec.vllm_plugin.settings import (
-    TOKEN_MAP_ENV, load_configured_map, token_map_path, warn_if_length_differs,
+    CONTEXT_ROWS_ENV, TOKEN_MAP_ENV, context_setting, load_configured_map, token_map_path, warn_if_length_differs,
 )
+from frspec.vocab.context_vocab import ContextSlots
+from frspec.vocab.token_map import TokenMap
 
 # Drafters that score their next token with an LM head this plugin can prune.
 SUPPORTED_METHODS = ("draft_model", "eagle", "eagle3")
@@ -39,11 +41,19 @@ def check_engine_config(vllm_config: Any) -> None:
     if spec.use_local_argmax_reduction:
         raise FrspecError("use_local_argmax_reduction replaces the draft logits FR-Spec prunes; unset it to use a "
                           "token map")
-    check_map_fits_target(vllm_config.model_config)
+    context = context_setting()
+    if context is not None and vllm_config.parallel_config.tensor_parallel_size > 1:
+        raise FrspecError(f"context-aware drafting ({CONTEXT_ROWS_ENV}) supports one rank, not tensor parallelism "
+                          f"over {vllm_config.parallel_config.tensor_parallel_size} ranks (unset {CONTEXT_ROWS_ENV})")
+    token_map = check_map_fits_target(vllm_config.model_config)
+    if context is not None:
+        # The budget's own refusals (e.g. more rows than a fixed budget can free), here rather than in a worker.
+        ContextSlots(token_map.ids, token_map.vocab_size, context.extra_rows, context.budget,
+                     keep=token_map.metadata.get("kept_tokens", {}).values())
 
 
-def check_map_fits_target(model_config: Any) -> None:
-    """The map must be over the target model's vocabulary and, if it records one, its tokenizer."""
+def check_map_fits_target(model_config: Any) -> TokenMap:
+    """The map must be over the target model's vocabulary and, if it records one, its tokenizer. Returns it."""
     from frspec.models.tokenizer import load_tokenizer
     from frspec.vocab.tokenizer_identity import tokenizer_identity
 
@@ -51,6 +61,7 @@ def check_map_fits_target(model_config: Any) -> None:
     token_map = load_configured_map(vocab_size)
     tokenizer = load_tokenizer(str(model_config.tokenizer))
     token_map.check_tokenizer(tokenizer_identity(tokenizer), vocab_size=vocab_size)
+    return token_map
 
 
 def hook_engine_config() -> None:
