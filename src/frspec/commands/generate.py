@@ -8,11 +8,14 @@ import json
 import sys
 from pathlib import Path
 
+from frspec.commands.config_option import add_config_option, apply_drafting, apply_models, load_config
 from frspec.commands.options import (
     add_device, add_dtype, add_quant_options, add_seed, add_threads, draft_load_options, draft_quant, target_quant,
 )
 from frspec.errors import FrspecError
 from frspec.io import read_text
+
+DEFAULT_NUM_SPEC_TOKENS = 4
 
 
 def register(subparsers) -> None:
@@ -23,7 +26,7 @@ def register(subparsers) -> None:
         "its distribution exactly (sampling). Text streams to stdout with a stats line on stderr, or --json prints "
         "one JSON object.",
     )
-    p.add_argument("--target", required=True, help="target model: default-model name, HF directory, .gguf or hub id")
+    p.add_argument("--target", help="target model: default-model name, HF directory, .gguf or hub id (or --config)")
     p.add_argument("--draft", help="draft model (same forms; must share the target's vocabulary)")
     p.add_argument("--eagle", metavar="HEAD", help="EAGLE-1/2 or EAGLE-3 head for the target (directory or hub id)")
     p.add_argument("--token-map", metavar="FILE", help="FR-Spec token map restricting the draft's or head's LM head")
@@ -33,8 +36,9 @@ def register(subparsers) -> None:
     p.add_argument("--context-budget", default="fixed", choices=("fixed", "additive"),
                    help="fixed: the N rows replace the map's least frequent ones (k rows in all); additive: "
                         "k + N rows (default: %(default)s)")
-    p.add_argument("--num-spec-tokens", type=int, default=4, metavar="K",
-                   help="drafted tokens per step, a chain (default: 4; the tree options replace it)")
+    p.add_argument("--num-spec-tokens", type=int, default=None, metavar="K",
+                   help=f"drafted tokens per step, a chain (default: {DEFAULT_NUM_SPEC_TOKENS}; the tree options "
+                        "replace it)")
     p.add_argument("--tree-depth", type=int, metavar="D", help="draft token trees D levels deep")
     p.add_argument("--tree-branching", type=int, metavar="B",
                    help="children per node of a static tree (default 1), or a dynamic tree's top-k per level")
@@ -55,6 +59,8 @@ def register(subparsers) -> None:
     add_quant_options(p)
     add_threads(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    add_config_option(p, "a decode config (`frspec tune` writes one): target, draft, token map, draft shape, dtype "
+                         "and quantization for the options not given")
     p.set_defaults(func=run_generate)
 
 
@@ -72,6 +78,13 @@ def run_generate(args: argparse.Namespace) -> int:
     from frspec.decode.sampling import SamplingParams
     from frspec.decode.tree_shape import TreeShape
 
+    config = load_config(args)
+    apply_models(args, config)
+    apply_drafting(args, config)
+    if args.target is None:
+        raise FrspecError("give --target (or --config FILE)")
+    if args.num_spec_tokens is None:
+        args.num_spec_tokens = DEFAULT_NUM_SPEC_TOKENS
     if args.draft and args.eagle:
         raise FrspecError("give --draft or --eagle, not both")
     if args.token_map and not (args.draft or args.eagle):
