@@ -18,6 +18,7 @@ _COMMAND_MODULES = [
     "frspec.commands.bench",
     "frspec.commands.train",
     "frspec.commands.serve",
+    "frspec.commands.tune",
 ]
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from frspec.bench.eagle_heads import DEFAULT_EAGLE_TARGET, DEFAULT_HEAD
 from frspec.bench.methods import LLAMACPP, Method, add_context_methods, plan_methods
 from frspec.bench.token_maps import MAP_SOURCES
+from frspec.commands.config_option import add_config_option, apply_models, load_config
 from frspec.commands.options import (
     QUANT_CHOICES, add_device, add_dtype, add_quant_options, add_seed, add_threads, draft_load_options, draft_quant,
     target_quant,
@@ -186,12 +187,18 @@ def register(subparsers) -> None:
     p.add_argument("--batch-sizes", type=_int_list, default=(1,), metavar="B,B,...",
                    help="--engine vllm: prompts decoded together, e.g. 1,4,16 (default: 1)")
     p.add_argument("--repeats", type=int, default=2, help="--engine vllm: rounds of all methods (default: %(default)s)")
+    add_config_option(p, "a decode config (`frspec tune` writes one): its target, draft, dtype and quantization "
+                         "unless given, and its configuration as a row (with the same drafter without a map); "
+                         "without --num-spec-tokens / --token-map-sizes, only those rows and vanilla")
     p.set_defaults(func=run_bench)
 
 
-def _settings(args: argparse.Namespace) -> dict[str, Any]:
-    """Preset values with explicit options on top, validated."""
+def _settings(args: argparse.Namespace, config: Any = None) -> dict[str, Any]:
+    """Preset values with explicit options on top, validated. With a config that drafts, the grid's draft lengths
+    and map sizes are only the ones given explicitly (the config adds its own row)."""
     preset = QUICK if args.quick else DEFAULT
+    if config is not None and config.shape is not None:
+        preset = dataclasses.replace(preset, num_spec_tokens=(), token_map_sizes=())
     on_cpu = str(args.device).startswith("cpu")
     # Quantized rows on CUDA (tinygemm int4; int8 only dequantized per call) are untested on a GPU: only on request.
     if not on_cpu or target_quant(args) is not None:  # --quant: the main rows are the quantized ones already
@@ -218,6 +225,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "row_cost_quants": preset.row_cost_quants,
         "context_rows": args.context_rows or (),
         "context_budgets": tuple(b for b in args.context_budgets.replace(" ", "").split(",") if b),
+        "config": config,
     }
     if args.draft_tree_shapes is not None:
         s["draft_tree_shapes"] = TreeShape.parse_list(args.draft_tree_shapes, "--draft-tree-shapes")
@@ -411,6 +419,9 @@ def _run_section(section: Section, settings: dict[str, Any], args: argparse.Name
         eagle_tree_shapes=settings["eagle_tree_shapes"] if section.eagle is not None else (),
         eagle_token_map_sizes=sorted(eagle_sizes),
     )
+    config = settings["config"]
+    if config is not None and config.shape is not None and section.draft is not None:
+        token_maps, methods = with_config_rows(config, token_maps, methods, tokenizer, vocab_size)
     methods = add_context_methods(methods, settings["context_rows"], settings["context_budgets"])
     for quant in section.quantized:
         methods += plan_methods(section.quant_num_spec_tokens.get(quant, ()), sorted(quant_sizes),
@@ -456,6 +467,31 @@ def _run_section(section: Section, settings: dict[str, Any], args: argparse.Name
     return result, meta
 
 
+def with_config_rows(config, token_maps: dict, methods: list, tokenizer, vocab_size: int) -> tuple[dict, list]:
+    """The bench's maps and methods plus the config's configuration and the same drafter without its map. The
+    config's map joins the maps; a different map of the same size already there is refused, not replaced."""
+    from frspec.bench.methods import DRAFT, FRSPEC, Method
+    from frspec.vocab.token_map import TokenMap
+    from frspec.vocab.tokenizer_identity import tokenizer_identity
+
+    size = config.token_map_size
+    rows = [Method.drafting(DRAFT, config.shape)]
+    if size is not None:
+        token_map = TokenMap.load(config.token_map_path, vocab_size=vocab_size)
+        token_map.check_tokenizer(tokenizer_identity(tokenizer), vocab_size)
+        if token_map.k != size:
+            raise FrspecError(f"the config's token map {config.token_map_path} has {token_map.k} ids, not the "
+                              f"{size} the config says")
+        known = token_maps.get(size)
+        if known is not None and not bool((known.ids == token_map.ids).all()):
+            raise FrspecError(f"the config's token map {config.token_map_path} differs from the bench's map of the "
+                              f"same size {size}; drop {size} from --token-map-sizes")
+        token_map.metadata.setdefault("file", str(config.token_map_path))
+        token_maps = {**token_maps, size: token_map}
+        rows.append(Method.drafting(FRSPEC, config.shape, size))
+    return token_maps, list(methods) + [m for m in rows if m not in methods]
+
+
 def run_bench(args: argparse.Namespace) -> int:
     from frspec.bench.datasets import even_spread, load_prompts
     from frspec.bench.environment import git_commit, machine_info
@@ -464,7 +500,9 @@ def run_bench(args: argparse.Namespace) -> int:
     from frspec.models.loading import parse_device, parse_dtype, set_threads
     from frspec.decode.sampling import SamplingParams
 
-    settings = _settings(args)
+    config = load_config(args)
+    apply_models(args, config)
+    settings = _settings(args, config)
     if args.engine == "vllm":
         from frspec.bench.vllm_runner import run_vllm_bench
 
@@ -519,6 +557,7 @@ def run_bench(args: argparse.Namespace) -> int:
         "commit": git_commit(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": "frspec " + " ".join(sys.argv[1:]),
+        "config": args.config,
         "preset": "quick" if args.quick else "default",
         "target": main.target_spec,
         "draft": main.draft_spec,

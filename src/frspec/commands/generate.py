@@ -8,11 +8,14 @@ import json
 import sys
 from pathlib import Path
 
+from frspec.commands.config_option import add_config_option, apply_drafting, apply_models, load_config
 from frspec.commands.options import (
     add_device, add_dtype, add_quant_options, add_seed, add_threads, draft_load_options, draft_quant, target_quant,
 )
 from frspec.errors import FrspecError
 from frspec.io import read_text
+
+DEFAULT_NUM_SPEC_TOKENS = 4
 
 
 def register(subparsers) -> None:
@@ -23,7 +26,7 @@ def register(subparsers) -> None:
         "its distribution exactly (sampling). Text streams to stdout with a stats line on stderr, or --json prints "
         "one JSON object.",
     )
-    p.add_argument("--target", required=True, help="target model: default-model name, HF directory, .gguf or hub id")
+    p.add_argument("--target", help="target model: default-model name, HF directory, .gguf or hub id (or --config)")
     p.add_argument("--draft", help="draft model (same forms; must share the target's vocabulary)")
     p.add_argument("--eagle", metavar="HEAD", help="EAGLE-1/2 or EAGLE-3 head for the target (directory or hub id)")
     p.add_argument("--token-map", metavar="FILE", help="FR-Spec token map restricting the draft's or head's LM head")
@@ -37,7 +40,7 @@ def register(subparsers) -> None:
                    help="drafted tokens per step, a chain; auto: the best chain on the target's cost per forward "
                         "measured against rows on this machine (a few seconds; bench/row_costs.py). Default: auto "
                         "for a quantized target drafted by a draft model (its kernels' cost jumps after a few rows), "
-                        "else 4. The tree options replace it")
+                        f"else {DEFAULT_NUM_SPEC_TOKENS}. The tree options replace it")
     p.add_argument("--tree-depth", type=int, metavar="D", help="draft token trees D levels deep")
     p.add_argument("--tree-branching", type=int, metavar="B",
                    help="children per node of a static tree (default 1), or a dynamic tree's top-k per level")
@@ -58,6 +61,8 @@ def register(subparsers) -> None:
     add_quant_options(p)
     add_threads(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    add_config_option(p, "a decode config (`frspec tune` writes one): target, draft, token map, draft shape, dtype "
+                         "and quantization for the options not given")
     p.set_defaults(func=run_generate)
 
 
@@ -73,7 +78,7 @@ def _num_spec_tokens(args: argparse.Namespace) -> int | None:
     """--num-spec-tokens as a number, or None for "measure it" (auto, or the default with a quantized target)."""
     value = args.num_spec_tokens
     if value is None:
-        return None if target_quant(args) is not None else 4
+        return None if target_quant(args) is not None else DEFAULT_NUM_SPEC_TOKENS
     if str(value).strip().lower() == "auto":
         return None
     try:
@@ -88,12 +93,19 @@ def run_generate(args: argparse.Namespace) -> int:
     from frspec.decode.sampling import SamplingParams
     from frspec.decode.tree_shape import TreeShape
 
+    config = load_config(args)
+    apply_models(args, config)
+    apply_drafting(args, config)
+    if args.target is None:
+        raise FrspecError("give --target (or --config FILE)")
+    # No --num-spec-tokens (nor a config's): auto for a quantized target, else DEFAULT_NUM_SPEC_TOKENS (below).
     if args.draft and args.eagle:
         raise FrspecError("give --draft or --eagle, not both")
     if args.token_map and not (args.draft or args.eagle):
         raise FrspecError("--token-map restricts a draft model's LM head: give --draft (or --eagle) too")
     num_spec_tokens = _num_spec_tokens(args)
-    tree = TreeShape.from_options(4 if num_spec_tokens is None else num_spec_tokens, args.tree_depth, args.tree_branching, args.tree_budget)
+    chain = DEFAULT_NUM_SPEC_TOKENS if num_spec_tokens is None else num_spec_tokens
+    tree = TreeShape.from_options(chain, args.tree_depth, args.tree_branching, args.tree_budget)
     if args.tree_depth is not None and not (args.draft or args.eagle):
         raise FrspecError("token trees are drafted by a drafter: give --draft or --eagle too")
     eagle = None
@@ -129,7 +141,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
         num_spec_tokens = auto_chain_length(target, draft)
         tree = TreeShape.chain(num_spec_tokens)
-    num_spec_tokens = 4 if num_spec_tokens is None else num_spec_tokens
+    num_spec_tokens = DEFAULT_NUM_SPEC_TOKENS if num_spec_tokens is None else num_spec_tokens
     drafted = tree if (args.draft or args.eagle) else None  # vanilla drafts nothing
     generator = build_generator(target, draft, token_map, num_spec_tokens, tokenizer, eagle=eagle, tree=drafted,
                                 context_rows=args.context_rows, context_budget=args.context_budget)

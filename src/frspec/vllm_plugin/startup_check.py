@@ -9,7 +9,7 @@ from typing import Any
 
 from frspec.errors import FrspecError
 from frspec.vllm_plugin.settings import (
-    CONTEXT_ROWS_ENV, TOKEN_MAP_ENV, context_setting, load_configured_map, token_map_path,
+    CONTEXT_ROWS_ENV, TOKEN_MAP_ENV, context_setting, load_configured_map, token_map_path, warn_if_length_differs,
 )
 from frspec.vocab.context_vocab import ContextSlots
 from frspec.vocab.token_map import TokenMap
@@ -20,9 +20,10 @@ SUPPORTED_METHODS = ("draft_model", "eagle", "eagle3")
 
 def check_engine_config(vllm_config: Any) -> None:
     """Raise FrspecError if the configured map cannot serve this engine configuration (no-op without a map)."""
+    spec = vllm_config.speculative_config
+    warn_if_length_differs(getattr(spec, "num_speculative_tokens", None) if spec is not None else None)
     if token_map_path() is None:
         return
-    spec = vllm_config.speculative_config
     if spec is None:
         raise FrspecError(f"{TOKEN_MAP_ENV} is set but vLLM has no speculative decoding configured "
                           "(--speculative-config): FR-Spec restricts a drafter's LM head, so it needs a drafter")

@@ -1,0 +1,195 @@
+"""`frspec tune` end to end: measure on calibration prompts, predict every configuration, confirm the best few with
+a short interleaved bench, and pick the measured best.
+
+    result = tune(target, draft, tokenizer, calibration, confirmation, token_maps, TuneSettings(...), say)
+    result.pick                      # the Candidate the bench measured fastest
+    comparison_rows(result)          # predicted against measured, one row per confirmed configuration
+
+Measuring is bench/tune_measure.py, predicting bench/tune_predict.py, the confirming bench bench/runner.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from frspec.bench.methods import DRAFT, FRSPEC, VANILLA, Method
+from frspec.bench.runner import BenchResult, run_benchmark
+from frspec.bench.tune_measure import (
+    calibration_context, draft_base_costs, draft_ranks, draft_vocabs, engine_spec_run, head_costs,
+    interleaved_row_costs, overheads, reference_outputs,
+)
+from frspec.bench.tune_predict import (
+    TREE_SHAPES, Candidate, Measurements, Prediction, candidates, cheap_rows, rank_predictions, to_confirm,
+)
+from frspec.decode.stats import GenerationStats
+from frspec.vocab.token_map import TokenMap
+
+
+# The chain the engine-overhead run drafts (its target forwards are over OVERHEAD_CHAIN + 1 rows).
+OVERHEAD_CHAIN = 3
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    max_new_tokens: int = 48  # per calibration prompt
+    confirm_tokens: int = 48  # per prompt of the confirming bench
+    top: int = 3  # predicted-best configurations the bench confirms (plus the best without a map, and vanilla)
+    max_rows: int = 16  # the target's cost is measured for 1..max_rows rows
+    overhead_tokens: int = 32  # the engine run that measures per-step overheads
+    warmup_tokens: int = 8
+
+
+def method_of(candidate: Candidate) -> Method:
+    """The bench method that runs a candidate."""
+    if candidate.shape is None:
+        return Method(VANILLA)
+    kind = DRAFT if candidate.map_size is None else FRSPEC
+    return Method.drafting(kind, candidate.shape, candidate.map_size)
+
+
+@dataclass
+class TuneResult:
+    measurements: Measurements
+    context: int
+    ranked: list[Prediction]
+    confirmed: list[Candidate]
+    bench: BenchResult
+    measured: dict[Candidate, GenerationStats]
+    pick: Candidate
+    notes: list[str] = field(default_factory=list)
+
+    def prediction(self, candidate: Candidate) -> Prediction:
+        return next(p for p in self.ranked if p.candidate == candidate)
+
+    def measured_tokens_per_s(self, candidate: Candidate) -> float | None:
+        return self.measured[candidate].decode_tokens_per_s
+
+
+def measure(target, draft, tokenizer, calibration: Sequence[Sequence[int]], token_maps: dict[int, TokenMap],
+            settings: TuneSettings, say: Callable[[str], None]) -> tuple[Measurements, int]:
+    """Everything the predictions need, measured on the calibration prompts (token ids, chat-formatted)."""
+    say(f"greedy reference outputs of the target on {len(calibration)} prompts x {settings.max_new_tokens} tokens")
+    outputs, vanilla = reference_outputs(target, tokenizer, calibration, settings.max_new_tokens,
+                                         settings.warmup_tokens)
+    context = calibration_context(calibration, settings.max_new_tokens)
+    say(f"target forward cost for 1..{settings.max_rows} rows at a {context}-token context")
+    target_costs = interleaved_row_costs(target, range(1, settings.max_rows + 1), context, rounds=3)
+    say(f"draft ranks of the target's tokens, full vocabulary and maps {', '.join(map(str, sorted(token_maps)))}")
+    vocabs = draft_vocabs(draft, token_maps)
+    ranks = draft_ranks(draft, vocabs, list(zip(calibration, outputs)))
+    widths = sorted({1} | {t.branching ** level for t in TREE_SHAPES for level in range(1, t.depth)})
+    say(f"draft forward and LM-head costs for {widths} rows")
+    base = draft_base_costs(draft, widths, context)
+    heads = head_costs(vocabs, widths)
+    say("engine overheads from one short speculative run")
+    spec = engine_spec_run(target, draft, tokenizer, calibration[0], OVERHEAD_CHAIN, settings.overhead_tokens)
+    over = overheads(spec, vanilla, target_costs, OVERHEAD_CHAIN + 1, base[1], heads[None][1])
+    del vocabs  # the pruned heads' copies; the bench builds its own drafters
+    return Measurements(target_costs, base, heads, ranks, **over), context
+
+
+def tune(target, draft, tokenizer, calibration: Sequence[Sequence[int]],
+         confirmation: Sequence[tuple[str, list[int]]], token_maps: dict[int, TokenMap], settings: TuneSettings,
+         say: Callable[[str], None] = lambda m: None, progress: bool = True) -> TuneResult:
+    """Measure, predict, confirm and pick (see the module docstring). `confirmation` are (id, token ids) pairs."""
+    m, context = measure(target, draft, tokenizer, calibration, token_maps, settings, say)
+    ranked = rank_predictions(m, candidates(sorted(token_maps), m.target_costs))
+    confirmed = to_confirm(ranked, settings.top)
+    methods = [method_of(c) for c in confirmed]
+    say(f"confirming {', '.join(c.label for c in confirmed[1:])} against vanilla: {len(confirmation)} prompts x "
+        f"{settings.confirm_tokens} tokens, interleaved")
+    bench = run_benchmark(target, draft, tokenizer, confirmation, methods, token_maps, settings.confirm_tokens,
+                          warmup_tokens=settings.warmup_tokens, progress=progress)
+    measured = {c: GenerationStats.aggregate(g.stats for g in bench.generations_of(method_of(c))) for c in confirmed}
+    pick = max(confirmed, key=lambda c: measured[c].decode_tokens_per_s or 0.0)
+    result = TuneResult(m, context, ranked, confirmed, bench, measured, pick)
+    if ranked[0].candidate != pick:
+        result.notes.append(f"the predicted best ({ranked[0].candidate.label}) measured slower than {pick.label}")
+    for d in bench.divergences:
+        result.notes.append(f"{d.method.label} differs from vanilla on {d.prompt_id} at token {d.position} "
+                            f"(target top-2 logit margin {d.top2_margin:.4f})")
+    return result
+
+
+def comparison_rows(result: TuneResult) -> list[dict[str, Any]]:
+    """Predicted against measured throughput for each confirmed configuration, in predicted order."""
+    order = {p.candidate: i + 1 for i, p in enumerate(result.ranked)}
+    vanilla = result.measured_tokens_per_s(Candidate(None, None))
+    rows = []
+    for c in sorted(result.confirmed, key=order.get):
+        p, stats = result.prediction(c), result.measured[c]
+        tps = stats.decode_tokens_per_s
+        rows.append({
+            "config": c.label,
+            "map_size": c.map_size,
+            "tree": None if c.shape is None else str(c.shape),
+            "predicted_rank": order[c],
+            "predicted_tokens_per_step": p.tokens_per_step,
+            "measured_tokens_per_step": stats.acceptance_length,
+            "predicted_tokens_per_s": p.tokens_per_s,
+            "measured_tokens_per_s": tps,
+            "measured_over_predicted": tps / p.tokens_per_s if tps else None,
+            "measured_speedup_vs_vanilla": tps / vanilla if tps and vanilla else None,
+            "picked": c == result.pick,
+        })
+    return rows
+
+
+def prediction_rows(result: TuneResult, limit: int | None = None) -> list[dict[str, Any]]:
+    """Every predicted configuration (fastest first): acceptance per position and the step's cost split."""
+    rows = []
+    for i, p in enumerate(result.ranked[:limit]):
+        rows.append({
+            "rank": i + 1,
+            "config": p.candidate.label,
+            "tokens_per_step": p.tokens_per_step,
+            "accepted_per_position": list(p.accepted_per_position),
+            "target_ms": p.target_time_s * 1e3,
+            "draft_ms": p.draft_time_s * 1e3,
+            "step_ms": p.step_time_s * 1e3,
+            "predicted_tokens_per_s": p.tokens_per_s,
+        })
+    return rows
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def comparison_markdown(result: TuneResult) -> str:
+    lines = ["| config | predicted rank | tokens/step pred. | tokens/step meas. | tok/s pred. | tok/s meas. | "
+             "meas./pred. | vs vanilla |", "|---|---|---|---|---|---|---|---|"]
+    for r in comparison_rows(result):
+        name = f"**{r['config']}** (pick)" if r["picked"] else r["config"]
+        lines.append(
+            f"| {name} | {r['predicted_rank']} | {_fmt(r['predicted_tokens_per_step'], '.2f')} | "
+            f"{_fmt(r['measured_tokens_per_step'], '.2f')} | {_fmt(r['predicted_tokens_per_s'], '.2f')} | "
+            f"{_fmt(r['measured_tokens_per_s'], '.2f')} | {_fmt(r['measured_over_predicted'], '.2f')} | "
+            f"{_fmt(r['measured_speedup_vs_vanilla'], '.2f')}x |")
+    return "\n".join(lines)
+
+
+def predictions_markdown(result: TuneResult, limit: int = 12) -> str:
+    lines = ["| rank | config | tokens/step | acceptance per position | target ms | draft ms | step ms | tok/s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in prediction_rows(result, limit):
+        acc = " ".join(f"{a:.2f}" for a in r["accepted_per_position"]) or "-"
+        lines.append(f"| {r['rank']} | {r['config']} | {r['tokens_per_step']:.2f} | {acc} | {r['target_ms']:.1f} | "
+                     f"{r['draft_ms']:.1f} | {r['step_ms']:.1f} | {r['predicted_tokens_per_s']:.2f} |")
+    return "\n".join(lines)
+
+
+def costs_markdown(result: TuneResult) -> str:
+    m = result.measurements
+    rows = ", ".join(f"{n}: {c * 1e3:.1f}" for n, c in sorted(m.target_costs.items()))
+    base = ", ".join(f"{n}: {c * 1e3:.1f}" for n, c in sorted(m.draft_base_costs.items()))
+    heads = "; ".join(f"{'full' if k is None else k}: {v[1] * 1e3:.2f}" for k, v in m.head_costs.items())
+    return "\n".join([
+        f"- target ms per forward by rows ({result.context}-token context): {rows}; cheap rows (<= 1.5x one row): "
+        f"1..{cheap_rows(m.target_costs)}",
+        f"- draft ms per forward without its LM head, by rows: {base}",
+        f"- draft LM head ms for one row, by map size: {heads}",
+        f"- overheads ms: per speculative step {m.step_overhead_s * 1e3:.1f}, per draft forward "
+        f"{m.draft_forward_overhead_s * 1e3:.1f}, per vanilla step {m.vanilla_overhead_s * 1e3:.1f}",
+    ])

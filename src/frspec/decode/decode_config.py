@@ -1,0 +1,158 @@
+"""A decoding configuration file: which models, token map and draft shape to decode with, as `frspec tune` picks
+them, and what it predicted and measured for that choice.
+
+    {"schema": "frspec-config", "version": 1,
+     "target": "qwen2.5-coder-1.5b-instruct", "draft": "qwen2.5-coder-0.5b-instruct",
+     "dtype": "bf16", "quant": "none", "draft_quant": null,
+     "token_map": {"size": 32768, "path": "/root/.cache/frspec/token_maps/...-top32768.safetensors"},   # or null
+     "tree": "chain-3",                                                   # decode/tree_shape.py syntax; null: vanilla
+     "context_rows": null, "context_budget": null,                        # passed through to the drafter options
+     "predicted": {...}, "measured": {...}, "provenance": {...}}          # free-form records, never read back
+
+`frspec generate --config`, `frspec bench --config` and the vLLM plugin (FRSPEC_CONFIG) read it with
+`DecodeConfig.load`; explicit options override it. It lives in decode/ (not bench/) because the plugin and the
+commands, which sit above decode, all read it. Every problem reading it is one FrspecError naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from frspec.decode.tree_shape import TreeShape
+from frspec.errors import FrspecError
+from frspec.io import atomic_path, read_text
+
+SCHEMA = "frspec-config"
+VERSION = 1
+CONTEXT_BUDGETS = ("fixed", "additive")
+_KNOWN = {"schema", "version", "target", "draft", "dtype", "quant", "draft_quant", "token_map", "tree",
+          "context_rows", "context_budget", "predicted", "measured", "provenance"}
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """One decoding configuration. `tree` is the drafted shape's text (None: vanilla, no draft); `token_map_path`
+    and `token_map_size` are both set (FR-Spec) or both None (the drafter's full vocabulary)."""
+
+    target: str
+    draft: str | None = None
+    dtype: str = "auto"
+    quant: str = "none"
+    draft_quant: str | None = None
+    token_map_size: int | None = None
+    token_map_path: str | None = None
+    tree: str | None = None
+    context_rows: int | None = None
+    context_budget: str | None = None
+    predicted: dict[str, Any] = field(default_factory=dict)
+    measured: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problem = self._problem()
+        if problem:
+            raise FrspecError(f"decode config: {problem}")
+
+    def _problem(self) -> str | None:
+        if not isinstance(self.target, str) or not self.target:
+            return "'target' must be a model name or path"
+        if self.draft is not None and (not isinstance(self.draft, str) or not self.draft):
+            return "'draft' must be a model name or path, or null"
+        if (self.draft is None) != (self.tree is None):
+            return "'tree' is set exactly when there is a 'draft' (null for vanilla decoding)"
+        if self.tree is not None:
+            TreeShape.parse(self.tree, "decode config 'tree'")
+        if (self.token_map_size is None) != (self.token_map_path is None):
+            return "'token_map' needs both 'size' and 'path'"
+        if self.token_map_size is not None:
+            if self.draft is None:
+                return "a 'token_map' restricts a draft's LM head: it needs a 'draft'"
+            if isinstance(self.token_map_size, bool) or not isinstance(self.token_map_size, int) \
+                    or self.token_map_size < 1:
+                return f"'token_map' 'size' must be a positive integer, got {self.token_map_size!r}"
+        if self.context_rows is not None and (isinstance(self.context_rows, bool)
+                                              or not isinstance(self.context_rows, int) or self.context_rows < 0):
+            return f"'context_rows' must be an integer >= 0 or null, got {self.context_rows!r}"
+        if self.context_budget is not None and self.context_budget not in CONTEXT_BUDGETS:
+            return f"'context_budget' must be one of {', '.join(CONTEXT_BUDGETS)} or null, got {self.context_budget!r}"
+        for name in ("dtype", "quant"):
+            if not isinstance(getattr(self, name), str):
+                return f"'{name}' must be a string"
+        return None
+
+    @property
+    def shape(self) -> TreeShape | None:
+        """The drafted shape (None for vanilla)."""
+        return None if self.tree is None else TreeShape.parse(self.tree, "decode config 'tree'")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        size, path = d.pop("token_map_size"), d.pop("token_map_path")
+        out = {"schema": SCHEMA, "version": VERSION}
+        for key, value in d.items():
+            out[key] = value
+            if key == "draft_quant":  # keep the file in reading order: models, then the map, then the shape
+                out["token_map"] = None if size is None else {"size": size, "path": path}
+        return out
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the file atomically (a reader never sees half of it)."""
+        path = Path(path)
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "decode config") -> DecodeConfig:
+        if not isinstance(data, dict):
+            raise FrspecError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        if data.get("schema") != SCHEMA:
+            raise FrspecError(f"{where}: not an frspec config (its 'schema' must be {SCHEMA!r})")
+        version = data.get("version")
+        if version != VERSION:
+            raise FrspecError(f"{where}: config version {version!r} is not supported (this frspec reads {VERSION})")
+        unknown = sorted(set(data) - _KNOWN)
+        if unknown:
+            raise FrspecError(f"{where}: unknown keys {', '.join(unknown)}")
+        if "target" not in data:
+            raise FrspecError(f"{where}: missing 'target'")
+        token_map = data.get("token_map")
+        if token_map is not None and (not isinstance(token_map, dict) or set(token_map) - {"size", "path"}):
+            raise FrspecError(f"{where}: 'token_map' must be null or an object with 'size' and 'path'")
+        token_map = token_map or {}
+        records = {}
+        for name in ("predicted", "measured", "provenance"):
+            value = data.get(name) or {}
+            if not isinstance(value, dict):
+                raise FrspecError(f"{where}: '{name}' must be an object")
+            records[name] = value
+        try:
+            return cls(
+                target=data["target"], draft=data.get("draft"), dtype=data.get("dtype", "auto"),
+                quant=data.get("quant", "none"), draft_quant=data.get("draft_quant"),
+                token_map_size=token_map.get("size"), token_map_path=token_map.get("path"), tree=data.get("tree"),
+                context_rows=data.get("context_rows"), context_budget=data.get("context_budget"), **records,
+            )
+        except FrspecError as e:
+            raise FrspecError(f"{where}: {str(e).removeprefix('decode config: ')}") from None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> DecodeConfig:
+        """Read and check a config file; a missing file, bad JSON or a bad value is one FrspecError naming it.
+        A relative token-map path is taken relative to the config file's directory."""
+        path = Path(path)
+        text = read_text(path, "config file")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise FrspecError(f"config file {path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+        config = cls.from_dict(data, f"config file {path}")
+        if config.token_map_path is not None and not Path(config.token_map_path).is_absolute():
+            from dataclasses import replace
+
+            config = replace(config, token_map_path=str(path.parent / config.token_map_path))
+        return config
