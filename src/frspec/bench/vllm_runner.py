@@ -325,6 +325,8 @@ def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc: asks each worker for its FR-Spec head
 
+    # Option errors come before anything is loaded (prompts, models): one line, whatever is installed.
+    eagle_shapes: list[Any] = _eagle_shapes(args, settings["num_spec_tokens"]) if args.eagle else []
     prompts_all = load_prompts(args.dataset, args.field)
     n = settings["num_prompts"] if args.num_prompts is not None else min(settings["num_prompts"], len(prompts_all))
     prompts = even_spread(prompts_all, n)
@@ -333,7 +335,6 @@ def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
     target_dir = resolve_model_dir(target_spec)
     draft_dir = resolve_model_dir(draft_spec) if draft_spec else None
     drafters = Drafters(draft_dir)
-    eagle_shapes: list[Any] = []
     if args.eagle:
         from frspec.bench.eagle_heads import resolve_eagle_head
         from frspec.models.eagle_loading import eagle_version
@@ -344,7 +345,6 @@ def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
                               "give the head's target as --target (and drop --eagle-target)")
         eagle_dir = resolve_eagle_head(args.eagle)
         drafters = Drafters(draft_dir, str(eagle_dir), "eagle3" if eagle_version(eagle_dir) == 3 else "eagle")
-        eagle_shapes = _eagle_shapes(args, settings["num_spec_tokens"])
     tokenizer = load_tokenizer(target_dir)
     from transformers import AutoConfig
 
