@@ -50,6 +50,21 @@ def test_quantized_linear_equals_its_dequantized_weight(n, quant):
         torch.testing.assert_close(q(x), nn.functional.linear(x, w, lin.bias), atol=1e-4, rtol=1e-4)
 
 
+def test_int8_weights_at_an_unaligned_address_are_realigned():
+    # The cached models' int8 matrices are slices of the safetensors buffer; at an address not on a 64-byte
+    # boundary `_weight_int8pack_mm` segfaults on prompts of ~100+ rows (the 1.5B model's 128-token prefill did).
+    w = quantize_int8(torch.randn(64, 256))
+    buf = torch.empty(64 * 256 + 64, dtype=torch.int8)
+    unaligned = buf[24:24 + 64 * 256].view(64, 256)
+    unaligned.copy_(w.values)
+    assert unaligned.data_ptr() % K.KERNEL_ALIGNMENT
+    layer = Int8Linear(type(w)(unaligned, w.scale), None, torch.bfloat16, torch.device("cpu"))
+    assert layer.kernel == K.INT8 and layer.values.data_ptr() % K.KERNEL_ALIGNMENT == 0
+    assert layer.scale.data_ptr() % K.KERNEL_ALIGNMENT == 0
+    x = torch.randn(128, 256)
+    torch.testing.assert_close(layer(x.bfloat16()).float(), x @ w.dequantize().t(), atol=0.5, rtol=0.05)
+
+
 def test_bf16_int4_runs_the_cpu_kernel_close_to_fp32():
     lin = _linear(64, 128, dtype=torch.bfloat16)
     q = quantize_linear(lin, "int4")

@@ -134,8 +134,8 @@ class Int8Linear(nn.Module):
         self.out_features, self.in_features = weight.values.shape
         self.kernel = K.int8_kernel(device.type, dtype)
         self.register_buffer("bias", None if bias is None else bias.detach().to(device, dtype), persistent=False)
-        self.register_buffer("values", weight.values.to(device).contiguous(), persistent=False)
-        self.register_buffer("scale", weight.scale.to(device, dtype), persistent=False)
+        self.register_buffer("values", K.aligned(weight.values.to(device)), persistent=False)
+        self.register_buffer("scale", K.aligned(weight.scale.to(device, dtype)), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel == K.DEQUANT:
