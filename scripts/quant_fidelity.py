@@ -8,8 +8,11 @@ Teacher-forced over the same token sequence, in chunks, each quantized model is 
 (the bf16 model frspec caches from the GGUF, computed in fp32 here so the reference itself is not rounded):
   - top-1 agreement: how often its most likely next token is the reference's (what greedy decoding follows);
   - mean |log p_q(x) - log p_ref(x)| of the actual next tokens, and mean KL(ref || q) per position;
-  - greedy agreement: the tokens each quantized model generates greedily (fp32 activations) before its first
-    difference from the reference's greedy output, over a few MT-Bench prompts.
+  - greedy agreement: the tokens each quantized model generates greedily before its first difference from the
+    reference's greedy output, over a few MT-Bench prompts.
+The quantized models run with `--activations` (default bf16, what `--quant` runs in the bench; fp32 activations
+make the CPU int4 kernel ~30x slower here); the row "bf16" is the unquantized model with bf16 activations, so the
+share of each difference that bf16 rounding alone causes is visible.
 With llama-cpp-python installed, llama.cpp on the same GGUF is compared the same way (its logits over the same
 chunks, its greedy tokens), against the reference and against frspec int4 (same Q4_K blocks, other kernels),
 right after int4. Results are written after every model, so a run cut short keeps what it measured.
@@ -116,7 +119,8 @@ def main() -> int:
     p.add_argument("--greedy-prompts", type=int, default=3)
     p.add_argument("--greedy-tokens", type=int, default=48)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--quants", default="int4,int8")
+    p.add_argument("--quants", default="bf16,int8,int4", help="rows: bf16 (no quantization), int8, int4")
+    p.add_argument("--activations", default="bf16", help="dtype the compared models run in (reference: fp32)")
     p.add_argument("--no-llamacpp", action="store_true")
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -130,7 +134,7 @@ def main() -> int:
         """Written after every model, so a run stopped by its time limit keeps what it measured."""
         payload = {"commit": git_commit(), "machine": machine_info(), "target": args.target,
                    "held_out": f"ShareGPT records from 16,000 on (first 2 turns each, chat template), {len(ids)} tokens",
-                   "reference": "bf16 cache of the GGUF, run in fp32", "activations": "fp32",
+                   "reference": "bf16 cache of the GGUF, run in fp32", "activations": args.activations,
                    "greedy_prompts": len(prompts), "results": results, "time_s": time.perf_counter() - start}
         with atomic_path(args.out) as tmp:
             tmp.write_text(json.dumps(payload, indent=1))
@@ -145,7 +149,7 @@ def main() -> int:
 
     results = {}
     for quant in [q for q in args.quants.split(",") if q]:
-        model = load_model(args.target, dtype="fp32", quant=quant)
+        model = load_model(args.target, dtype=args.activations, quant=None if quant == "bf16" else quant)
         lp = log_probs(model, ids, args.chunk)
         gens = [greedy(model, pr, args.greedy_tokens) for pr in prompts]
         del model
