@@ -216,7 +216,7 @@ def test_quick_preset_adds_quantized_rows_on_a_cpu_only():
 
     cpu = settings()
     assert cpu["quant_rows"] == ("int4",) and cpu["llamacpp"] and cpu["row_costs"] == 16
-    assert cpu["row_cost_quants"] == ("int4",)
+    assert cpu["row_cost_quants"] == ("int8", "int4")
     cuda = settings("--device", "cuda")
     assert cuda["quant_rows"] == () and not cuda["llamacpp"] and cuda["row_cost_quants"] == ()
     assert settings("--device", "cuda", "--quant-rows", "int4")["quant_rows"] == ("int4",)

@@ -42,9 +42,7 @@ class Preset:
     quant_rows: tuple[str, ...] = ()
     quant_token_map_sizes: tuple[int, ...] = (32768,)
     llamacpp: bool = False
-    # The target's forward cost against rows 1..row_costs for the main dtype and each of row_cost_quants. The quick
-    # preset leaves int8 out: the cached int8 1.5B target crashed (SIGSEGV in torch._weight_int8pack_mm, torch
-    # 2.13) in its 128-token prefill on this machine; `--quant-rows int4,int8` still measures it.
+    # The target's forward cost against rows 1..row_costs for the main dtype and each of row_cost_quants.
     row_costs: int = 16
     row_cost_quants: tuple[str, ...] = ("int8", "int4")
 
@@ -59,7 +57,7 @@ class Preset:
 # once); after that the whole preset takes about 6-8 minutes.
 QUICK = Preset(num_prompts=3, max_new_tokens=48, num_spec_tokens=(3,), token_map_sizes=(8192, 32768),
                eagle_tree_shapes=(TreeShape.chain(4), TreeShape.dynamic(5, 4, 16)), eagle_token_map_sizes=(32768,),
-               quant_rows=("int4",), llamacpp=True, row_cost_quants=("int4",))
+               quant_rows=("int4",), llamacpp=True, row_cost_quants=("int8", "int4"))
 # The default is the full grid of the FR-Spec paper's sizes: meant for a GPU, or an hour or more of CPU. Its
 # largest EAGLE tree is EAGLE-2's default (depth 5, top-10, 60 nodes).
 DEFAULT = Preset(num_prompts=16, max_new_tokens=256, num_spec_tokens=(1, 3, 5),
