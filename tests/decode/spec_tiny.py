@@ -97,3 +97,14 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
 
 
 TOKENIZER_VOCAB = len(SPECIALS) + len(CHARS)
+
+
+def save_tiny_pair(root, model_type: str = "llama", vocab_size: int | None = None) -> int:
+    """A tiny target (seed 0) and draft (seed 1) saved with the tiny tokenizer to root/"target" and root/"draft",
+    fp32, as `frspec generate` loads them from a directory; returns their vocabulary size."""
+    tok = tiny_tokenizer()
+    vocab = vocab_size or len(tok)
+    for name, seed in (("target", 0), ("draft", 1)):
+        tiny_lm(model_type, vocab, seed=seed, dtype=torch.float32).save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    return vocab

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
-from spec_tiny import tiny_lm, tiny_tokenizer
+from spec_tiny import save_tiny_pair
 
 from frspec import cli
 from frspec.vocab.token_map import TokenMap
@@ -16,12 +15,7 @@ from frspec.vocab.token_map import TokenMap
 def model_dirs(tmp_path_factory):
     pytest.importorskip("frspec.models.loading")
     root = tmp_path_factory.mktemp("models")
-    tok = tiny_tokenizer()
-    for name, seed in (("target", 0), ("draft", 1)):
-        model = tiny_lm("llama", len(tok), seed=seed, dtype=torch.float32)
-        model.save_pretrained(root / name)
-        tok.save_pretrained(root / name)
-    TokenMap(list(range(40)), len(tok)).save(root / "map.frspec")
+    TokenMap(list(range(40)), save_tiny_pair(root)).save(root / "map.frspec")
     return root
 
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
-from spec_tiny import tiny_lm, tiny_tokenizer
+from spec_tiny import save_tiny_pair
 
 from frspec import cli
 from frspec.decode.decode_config import DecodeConfig
@@ -17,12 +16,7 @@ from frspec.vocab.token_map import TokenMap
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
-    tok = tiny_tokenizer()
-    for name, seed in (("target", 0), ("draft", 1)):
-        model = tiny_lm("llama", len(tok), seed=seed, dtype=torch.float32)
-        model.save_pretrained(root / name)
-        tok.save_pretrained(root / name)
-    TokenMap(list(range(40)), len(tok)).save(root / "cfg-map40.safetensors")
+    TokenMap(list(range(40)), save_tiny_pair(root)).save(root / "cfg-map40.safetensors")
     DecodeConfig(target=str(root / "target"), draft=str(root / "draft"), dtype="fp32", token_map_size=40,
                  token_map_path="cfg-map40.safetensors", tree="static-2x2").save(root / "tune.json")
     return root

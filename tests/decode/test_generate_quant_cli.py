@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
-from spec_tiny import tiny_lm, tiny_tokenizer
+from spec_tiny import TOKENIZER_VOCAB, save_tiny_pair
 
 from frspec import cli
 from frspec.vocab.token_map import TokenMap
@@ -15,12 +14,7 @@ from frspec.vocab.token_map import TokenMap
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
-    tok = tiny_tokenizer()
-    vocab = 16 * -(-len(tok) // 16)
-    for name, seed in (("target", 0), ("draft", 1)):
-        model = tiny_lm("qwen2", vocab, seed=seed, dtype=torch.float32)
-        model.save_pretrained(root / name)
-        tok.save_pretrained(root / name)
+    vocab = save_tiny_pair(root, "qwen2", 16 * -(-TOKENIZER_VOCAB // 16))  # a multiple of the int4 packing's 16
     TokenMap(list(range(40)), vocab).save(root / "map.frspec")
     return root
 
