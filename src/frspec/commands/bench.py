@@ -519,6 +519,7 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"frspec bench: {message}", file=sys.stderr, flush=True)
 
     start = time.perf_counter()
+    commit = git_commit()  # now: the code this run imported, even if the checkout changes during a long run
     sections = _load_sections(args, settings, say)
     load_time = time.perf_counter() - start
     row_costs = _measure_row_costs(sections[0], settings, args, say)
@@ -552,7 +553,7 @@ def run_bench(args: argparse.Namespace) -> int:
     main = sections[0]
     eagle_section = next((s for s in sections if s.eagle is not None), None)
     meta = {
-        "commit": git_commit(),
+        "commit": commit,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": "frspec " + " ".join(sys.argv[1:]),
         "config": args.config,

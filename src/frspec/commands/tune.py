@@ -236,6 +236,7 @@ def run_tune(args: argparse.Namespace) -> int:
         print(f"frspec tune: {message}", file=sys.stderr, flush=True)
 
     start, load_before = time.perf_counter(), _load_average()
+    commit = git_commit()  # now: the code this run imported, even if the checkout changes during the run
     target_spec, draft_spec = args.target or ROLES["target"], args.draft or ROLES["draft"]
     say(f"loading target {target_spec} and draft {draft_spec}")
     tokenizer = load_tokenizer(resolve_model_dir(target_spec))
@@ -258,7 +259,7 @@ def run_tune(args: argparse.Namespace) -> int:
     dtype = {"float16": "fp16", "float32": "fp32", "float64": "fp64"}.get(dtype, dtype)
     meta = {
         "command": "frspec " + " ".join(sys.argv[1:]),
-        "commit": git_commit(),
+        "commit": commit,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine_info(),
         "threads": threads,
