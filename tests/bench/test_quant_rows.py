@@ -147,7 +147,7 @@ def test_cli_quick_on_cpu_has_int4_rows_cost_curve_and_notes_missing_llamacpp(ti
                       "int4 vanilla", f"int4 draft k={k}", f"int4 fr-spec k={k} map=64"]
     assert all(r["greedy_identical"] in ("yes", "reference") for r in payload["rows"])
     curves = payload["row_costs_s"]
-    assert list(curves) == ["float32", "int4"] and all(list(c) == ["1", "2", "3"] for c in curves.values())
+    assert list(curves) == ["float32", "int8", "int4"] and all(list(c) == ["1", "2", "3"] for c in curves.values())
     assert (out / "row_costs.png").stat().st_size > 0
     md = (out / "results.md").read_text()
     assert "int4 vanilla" in md and "## Target forward cost against rows" in md
