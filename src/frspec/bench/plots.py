@@ -29,6 +29,14 @@ def _level_name(row: dict[str, Any], with_target: bool) -> str:
     return f"{row['target']}: {name}" if with_target else name
 
 
+def _save(fig, path: str | os.PathLike) -> Path:
+    """Write `fig` to `path` as a PNG atomically (never a half-written file)."""
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    return Path(path)
+
+
 def plot_vs_map_size(
     rows: Sequence[dict[str, Any]],
     metric: str,
@@ -74,12 +82,9 @@ def plot_vs_map_size(
         ax.set_title(title or f"{ylabel} vs token-map size")
         ax.grid(True, alpha=0.3)
         ax.legend(title="drafter and shape", fontsize="small")
-        fig.tight_layout()
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png")
+        return _save(fig, path)
     finally:
         plt.close(fig)
-    return Path(path)
 
 
 def plot_row_costs(curves: Mapping[str, Mapping[int, float]], path: str | os.PathLike, title: str | None = None
@@ -103,9 +108,6 @@ def plot_row_costs(curves: Mapping[str, Mapping[int, float]], path: str | os.Pat
         ax.set_title(title or "Target forward cost vs rows")
         ax.grid(True, alpha=0.3)
         ax.legend(title="target weights")
-        fig.tight_layout()
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png")
+        return _save(fig, path)
     finally:
         plt.close(fig)
-    return Path(path)
