@@ -179,6 +179,11 @@ def test_cli_token_map_files_set_the_sizes(tiny_dirs, tmp_path):
         (["--num-spec-tokens", "0"], "must be >= 1"),
         (["--max-new-tokens", "0"], "must be >= 1"),
         (["--dtype", "int8"], "unknown dtype"),
+        # long runs and context-aware rows (issue 14)
+        (["--max-new-tokens", "1024"], "exceeds the target's context of 512 positions; lower --max-new-tokens"),
+        (["--context-rows", "8", "--engine", "vllm"], "frspec's own engine"),
+        (["--context-rows", "8", "--context-budgets", "fixed,more"], "context budget must be one of"),
+        (["--token-map-source", "code"], "drop it with --token-map or --counts"),
     ],
 )
 def test_cli_bad_input_is_one_line_error(tiny_dirs, tmp_path, capsys, extra, message):
