@@ -46,17 +46,22 @@ PRIOR_TOKENS = 8.0
 TOKEN_DECAY = 1.0 - 1.0 / 200
 DRAFT_DECAY = 1.0 - 1.0 / 60
 PROBE_EVERY = 16
+# Chain lengths an automatic length chooses among (0: plain decoding); tune's CHAIN_LENGTHS go to 5.
+AUTO_DEPTHS = (0, 1, 2, 3, 4, 5, 6)
+# Map sizes an automatic size chooses among, besides the ranking's own length and the whole head.
+AUTO_SIZES = (4096, 8192, 16384, 32768, 65536)
 
 
 @dataclass(frozen=True)
 class ControllerSettings:
     """What the controller may choose among. `depths`: draft lengths (0 = plain decoding) for chains; `shape`: a
-    tree drafted as is (its depth or 0) instead of chains; `sizes`: map sizes (ascending; the ranked head's full
-    size = no map)."""
+    tree drafted as is instead of chains (or, with `allow_plain`, not at all); `sizes`: map sizes (ascending; the
+    ranked head's full size = no map)."""
 
     sizes: tuple[int, ...]
-    depths: tuple[int, ...] = (0, 1, 2, 3, 4, 5, 6)
+    depths: tuple[int, ...] = AUTO_DEPTHS
     shape: TreeShape | None = None
+    allow_plain: bool = True
     probe_every: int = PROBE_EVERY
 
     def __post_init__(self) -> None:
@@ -65,7 +70,7 @@ class ControllerSettings:
         if self.shape is None and (not self.depths or any(int(d) != d or d < 0 for d in self.depths)):
             raise FrspecError(f"draft lengths must be integers >= 0, got {self.depths}")
         object.__setattr__(self, "sizes", tuple(sorted({int(k) for k in self.sizes})))
-        depths = (0, self.shape.depth) if self.shape is not None else self.depths
+        depths = ((0,) if self.allow_plain else ()) + (self.shape.depth,) if self.shape is not None else self.depths
         object.__setattr__(self, "depths", tuple(sorted({int(d) for d in depths})))
 
     @property
@@ -76,6 +81,17 @@ class ControllerSettings:
     def is_fixed(self) -> bool:
         """Nothing to choose: one size and one length."""
         return len(self.sizes) == 1 and len(self.depths) == 1
+
+
+def default_map_sizes(full_size: int, ranked_size: int | None = None) -> tuple[int, ...]:
+    """The sizes `auto` chooses among for a head of `full_size` rows whose first `ranked_size` are ranked:
+    AUTO_SIZES below the full size (a tiny vocabulary: its eighth, quarter and half), the ranking's length and
+    the whole head (no map)."""
+    base = [s for s in AUTO_SIZES if s < full_size]
+    if not base:
+        base = [max(1, full_size // 8), max(1, full_size // 4), max(1, full_size // 2)]
+    extra = [] if ranked_size is None else [min(int(ranked_size), full_size)]
+    return tuple(sorted({*base, *extra, int(full_size)}))
 
 
 @dataclass
