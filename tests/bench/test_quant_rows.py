@@ -18,7 +18,7 @@ from frspec.models.tokenizer import load_tokenizer
 from frspec.vocab.counting import count_tokens
 from frspec.vocab.token_map import TokenMap
 
-from conftest import CORPUS, VOCAB
+from tests.bench.conftest import CORPUS, VOCAB
 
 
 def test_quantized_plan_labels_and_references():

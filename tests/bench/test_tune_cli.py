@@ -22,7 +22,7 @@ from frspec.models.tokenizer import load_tokenizer
 from frspec.vocab.counting import count_tokens
 from frspec.vocab.token_map import TokenMap
 
-from conftest import CORPUS, VOCAB
+from tests.bench.conftest import CORPUS, VOCAB
 
 
 def test_replayed_acceptance_is_the_engines_in_fp64(tiny_dirs):
