@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from frspec.bench.datasets import encode_prompt
-from frspec.bench.tune_measure import draft_ranks, draft_vocabs, reference_outputs
-from frspec.bench.tune_predict import acceptance
+from frspec.tune.measure import draft_ranks, draft_vocabs, reference_outputs
+from frspec.tune.predict import acceptance
 from frspec.cli import main
 from frspec.decode.decode_config import DecodeConfig
 from frspec.decode.factory import build_generator

@@ -355,7 +355,7 @@ def _measure_row_costs(section: Section, settings: dict[str, Any], args: argpars
                        ) -> dict[str, dict[int, float]]:
     """The target's forward cost against rows for the loaded weights and each quantized copy (a copy only needed
     for the curve is loaded for it and dropped); then each quantized row's chain length from its curve."""
-    from frspec.bench.row_costs import ASSUMED_ACCEPTANCE, chain_length_from_curve, measure_row_costs
+    from frspec.tune.cost_model import ASSUMED_ACCEPTANCE, chain_length_from_curve, measure_row_costs
     from frspec.models.loading import load_model
 
     n = settings["row_costs"]

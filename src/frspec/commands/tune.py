@@ -140,7 +140,7 @@ def measurements_dict(result) -> dict[str, Any]:
 
 def _write_config(args, result, token_maps, target_spec: str, draft_spec: str, dtype: str, meta: dict) -> Path:
     """The measured best as a config file; its map (if any) saved beside it, referenced relative to it."""
-    from frspec.bench.tuner import comparison_rows
+    from frspec.tune.search import comparison_rows
     from frspec.decode.decode_config import DecodeConfig
 
     pick = result.pick
@@ -171,7 +171,7 @@ def _write_config(args, result, token_maps, target_spec: str, draft_spec: str, d
 
 
 def _report_markdown(result, meta: dict) -> str:
-    from frspec.bench.tuner import comparison_markdown, costs_markdown, predictions_markdown
+    from frspec.tune.search import comparison_markdown, costs_markdown, predictions_markdown
 
     lines = [
         f"# frspec tune: {meta['target']} / {meta['draft']}, {meta['dtype']}",
@@ -214,7 +214,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from frspec.bench.environment import git_commit, machine_info
     from frspec.bench.report import write_json
     from frspec.bench.token_maps import resolve_token_maps
-    from frspec.bench.tuner import TuneSettings, comparison_markdown, comparison_rows, prediction_rows, tune
+    from frspec.tune.search import TuneSettings, comparison_markdown, comparison_rows, prediction_rows, tune
     from frspec.io import atomic_path
     from frspec.models.defaults import ROLES
     from frspec.models.loading import (

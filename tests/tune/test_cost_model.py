@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from frspec.bench.plots import plot_row_costs
-from frspec.bench.row_costs import best_chain_length, chain_throughputs, expected_tokens, measure_row_costs
+from frspec.tune.cost_model import best_chain_length, chain_throughputs, expected_tokens, measure_row_costs
 from tests.decode.spec_tiny import tiny_lm
 
 
@@ -39,7 +39,7 @@ def test_measure_and_plot_on_a_tiny_model(tmp_path):
 def test_auto_chain_length_picks_the_best_length_on_the_measured_curves(monkeypatch):
     # Fixed curves instead of timings, so the pick is known: the target's int4-like curve favours 3 drafts (as
     # above), a compute-bound one no speculation, which auto_chain_length raises to its minimum of one draft.
-    from frspec.bench import row_costs
+    from frspec.tune import cost_model
 
     target, draft = tiny_lm("qwen2", 64, dtype=torch.float32), tiny_lm("qwen2", 64, dtype=torch.float32, seed=1)
     measured = []
@@ -50,8 +50,8 @@ def test_auto_chain_length_picks_the_best_length_on_the_measured_curves(monkeypa
         measured.append((model, list(rows)))
         return {n: curves[id(model)][n] for n in rows}
 
-    monkeypatch.setattr(row_costs, "measure_row_costs", fake_measure)
-    assert row_costs.auto_chain_length(target, draft, acceptance=0.8, max_k=8, context=8) == 3
+    monkeypatch.setattr(cost_model, "measure_row_costs", fake_measure)
+    assert cost_model.auto_chain_length(target, draft, acceptance=0.8, max_k=8, context=8) == 3
     assert measured == [(target, list(range(1, 10))), (draft, [1])]
     curves[id(target)] = {n: 10.0 * n for n in range(1, 17)}
-    assert row_costs.auto_chain_length(target, draft, acceptance=0.8, max_k=8, context=8) == 1
+    assert cost_model.auto_chain_length(target, draft, acceptance=0.8, max_k=8, context=8) == 1

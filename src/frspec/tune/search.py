@@ -5,7 +5,7 @@ a short interleaved bench, and pick the measured best.
     result.pick                      # the Candidate the bench measured fastest
     comparison_rows(result)          # predicted against measured, one row per confirmed configuration
 
-Measuring is bench/tune_measure.py, predicting bench/tune_predict.py, the confirming bench bench/runner.py.
+Measuring is tune/measure.py, predicting tune/predict.py, the confirming bench bench/runner.py.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any, Callable, Sequence
 
 from frspec.bench.methods import DRAFT, FRSPEC, VANILLA, Method
 from frspec.bench.runner import BenchResult, run_benchmark
-from frspec.bench.tune_measure import (
+from frspec.tune.measure import (
     calibration_context, draft_base_costs, draft_ranks, draft_vocabs, engine_spec_run, head_costs,
     interleaved_row_costs, overheads, reference_outputs,
 )
-from frspec.bench.tune_predict import (
+from frspec.tune.predict import (
     TREE_SHAPES, Candidate, Measurements, Prediction, candidates, cheap_rows, rank_predictions, to_confirm,
 )
 from frspec.decode.stats import GenerationStats
