@@ -162,7 +162,7 @@ def _load_average() -> str:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from frspec.bench.datasets import encode_prompt, even_spread, load_prompts
+    from frspec.bench.datasets import encode_prompt, select_prompts
     from frspec.bench.environment import git_commit, machine_info
     from frspec.bench.token_maps import resolve_token_maps
     from frspec.tune.report import comparison_markdown, write_report
@@ -178,9 +178,7 @@ def run_tune(args: argparse.Namespace) -> int:
     parse_dtype(args.dtype)
     parse_device(args.device)
     threads = set_threads(args.threads)
-    prompts = load_prompts(args.dataset, args.field)
-    n = s["num_prompts"] if args.num_prompts is not None else min(s["num_prompts"], len(prompts))
-    prompts = even_spread(prompts, n)
+    prompts = select_prompts(args.dataset, args.field, s["num_prompts"], exact=args.num_prompts is not None)
     s["confirm_prompts"] = min(s["confirm_prompts"], len(prompts))
 
     def say(message: str) -> None:
