@@ -158,8 +158,10 @@ def hf_greedy(model_dir: str, prompts: list[list[int]], max_new_tokens: int) -> 
     return outs
 
 
-def start_llm(target: str, speculative_config: dict | None, token_map: str | None, **kwargs: Any):
-    """An in-process vLLM engine, fp32, eager; FR-Spec on iff `token_map` (set the way users do: the env var)."""
+def start_llm(target: str, speculative_config: dict | None, token_map: str | None, enforce_eager: bool = True,
+              **kwargs: Any):
+    """An in-process vLLM engine, fp32, eager unless `enforce_eager=False` (vLLM's default: torch.compile);
+    FR-Spec on iff `token_map` (set the way users do: the env var)."""
     from vllm import LLM
 
     import frspec.vllm_plugin
@@ -170,7 +172,7 @@ def start_llm(target: str, speculative_config: dict | None, token_map: str | Non
         os.environ["FRSPEC_TOKEN_MAP"] = token_map
     # vLLM registered the plugin when this process made its first engine; with a map now set, hook it in (idempotent).
     frspec.vllm_plugin.register()
-    return LLM(model=target, dtype="float32", enforce_eager=True, speculative_config=speculative_config,
+    return LLM(model=target, dtype="float32", enforce_eager=enforce_eager, speculative_config=speculative_config,
                max_model_len=256, max_num_seqs=8, seed=0, distributed_executor_backend="uni", **kwargs)
 
 
