@@ -14,6 +14,7 @@ import torch
 
 from frspec.decode.drafter import Drafter
 from frspec.decode.eagle_drafter import EagleDrafter
+from frspec.decode.mtp_drafter import MtpDrafter
 from frspec.decode.request import Request, prepare_request
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.stats import GenerationStats
@@ -90,10 +91,13 @@ class SpeculativeGenerator:
 
     @property
     def method(self) -> str:
-        """"vanilla", "draft" or "fr-spec" (a drafter with a token map); "eagle" or "eagle+fr-spec" for EAGLE."""
+        """"vanilla", "draft" or "fr-spec" (a drafter with a token map); "eagle" or "eagle+fr-spec" for EAGLE;
+        "mtp" or "mtp+fr-spec" for a checkpoint's MTP layers."""
         if self.drafter is None:
             return "vanilla"
         mapped = self.drafter.token_map is not None
+        if isinstance(self.drafter, MtpDrafter):
+            return "mtp+fr-spec" if mapped else "mtp"
         if isinstance(self.drafter, EagleDrafter):
             return "eagle+fr-spec" if mapped else "eagle"
         return "fr-spec" if mapped else "draft"
