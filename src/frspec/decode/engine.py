@@ -14,6 +14,7 @@ import torch
 
 from frspec.decode.drafter import Drafter
 from frspec.decode.eagle_drafter import EagleDrafter
+from frspec.decode.hybrid_target import check_hybrid_tree_support, is_hybrid
 from frspec.decode.mtp_drafter import MtpDrafter
 from frspec.decode.request import Request, prepare_request
 from frspec.decode.sampling import SamplingParams
@@ -86,7 +87,10 @@ class SpeculativeGenerator:
             if drafter_device.type != self.device.type or (drafter_device.index or 0) != (self.device.index or 0):
                 raise FrspecError(f"target is on {self.device} but the drafter is on {drafter_device}")
             if self.shape.kind != "chain":
-                check_tree_support(target, "the target")
+                if is_hybrid(target):  # linear-attention layers read trees per node (hybrid_target.py)
+                    check_hybrid_tree_support(target, "the target")
+                else:
+                    check_tree_support(target, "the target")
             drafter.check_shape(self.shape)
 
     @property
