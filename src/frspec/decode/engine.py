@@ -14,6 +14,8 @@ import torch
 
 from frspec.decode.drafter import Drafter
 from frspec.decode.eagle_drafter import EagleDrafter
+from frspec.decode.hybrid_target import check_hybrid_tree_support, is_hybrid
+from frspec.decode.mtp_drafter import MtpDrafter
 from frspec.decode.request import Request, prepare_request
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.stats import GenerationStats
@@ -85,15 +87,21 @@ class SpeculativeGenerator:
             if drafter_device.type != self.device.type or (drafter_device.index or 0) != (self.device.index or 0):
                 raise FrspecError(f"target is on {self.device} but the drafter is on {drafter_device}")
             if self.shape.kind != "chain":
-                check_tree_support(target, "the target")
+                if is_hybrid(target):  # linear-attention layers read trees per node (hybrid_target.py)
+                    check_hybrid_tree_support(target, "the target")
+                else:
+                    check_tree_support(target, "the target")
             drafter.check_shape(self.shape)
 
     @property
     def method(self) -> str:
-        """"vanilla", "draft" or "fr-spec" (a drafter with a token map); "eagle" or "eagle+fr-spec" for EAGLE."""
+        """"vanilla", "draft" or "fr-spec" (a drafter with a token map); "eagle" or "eagle+fr-spec" for EAGLE;
+        "mtp" or "mtp+fr-spec" for a checkpoint's MTP layers."""
         if self.drafter is None:
             return "vanilla"
         mapped = self.drafter.token_map is not None
+        if isinstance(self.drafter, MtpDrafter):
+            return "mtp+fr-spec" if mapped else "mtp"
         if isinstance(self.drafter, EagleDrafter):
             return "eagle+fr-spec" if mapped else "eagle"
         return "fr-spec" if mapped else "draft"
