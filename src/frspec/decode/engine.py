@@ -15,6 +15,8 @@ import torch
 from frspec.decode.controller import ControllerSettings, ControllerState, Plan, choose, new_request, observe
 from frspec.decode.drafter import Drafter
 from frspec.decode.eagle_drafter import EagleDrafter
+from frspec.decode.hybrid_target import check_hybrid_tree_support, is_hybrid
+from frspec.decode.mtp_drafter import MtpDrafter
 from frspec.decode.request import Request, prepare_request
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.stats import GenerationStats
@@ -95,7 +97,10 @@ class SpeculativeGenerator:
             if controller is not None:
                 self.shape = _check_controller(controller, costs, drafter)
             if self.shape.kind != "chain":
-                check_tree_support(target, "the target")
+                if is_hybrid(target):  # linear-attention layers read trees per node (hybrid_target.py)
+                    check_hybrid_tree_support(target, "the target")
+                else:
+                    check_tree_support(target, "the target")
             drafter.check_shape(self.shape)
         if controller is not None and drafter is None:
             raise FrspecError("the controller chooses a drafter's draft length and map size: give a drafter")
@@ -104,10 +109,13 @@ class SpeculativeGenerator:
 
     @property
     def method(self) -> str:
-        """"vanilla", "draft" or "fr-spec" (a drafter with a token map); "eagle" or "eagle+fr-spec" for EAGLE."""
+        """"vanilla", "draft" or "fr-spec" (a drafter with a token map); "eagle" or "eagle+fr-spec" for EAGLE;
+        "mtp" or "mtp+fr-spec" for a checkpoint's MTP layers."""
         if self.drafter is None:
             return "vanilla"
         mapped = self.drafter.token_map is not None
+        if isinstance(self.drafter, MtpDrafter):
+            return "mtp+fr-spec" if mapped else "mtp"
         if isinstance(self.drafter, EagleDrafter):
             return "eagle+fr-spec" if mapped else "eagle"
         return "fr-spec" if mapped else "draft"

@@ -12,12 +12,14 @@ from frspec.decode.draft_model import DraftModelDrafter
 from frspec.decode.drafter import Drafter, check_token_map
 from frspec.decode.eagle_drafter import EagleDrafter
 from frspec.decode.engine import SpeculativeGenerator
+from frspec.decode.mtp_drafter import MtpDrafter
 from frspec.decode.step_costs import StepCosts
 from frspec.decode.tree_shape import TreeShape, check_num_spec_tokens
 from frspec.errors import FrspecError
 from frspec.models.eagle import EagleHead
 from frspec.models.eagle_loading import load_eagle_head
 from frspec.models.loading import check_same_vocab, vocab_size_of
+from frspec.models.mtp import MtpHead
 from frspec.vocab.token_map import TokenMap
 
 
@@ -35,7 +37,8 @@ def build_generator(
     costs: StepCosts | None = None,
 ) -> SpeculativeGenerator:
     """A generator for the usual methods: vanilla (no draft), draft model, or draft model + FR-Spec token map;
-    or an EAGLE head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a map.
+    or an EAGLE head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a map;
+    an MTP head (models/mtp.py `load_mtp_head`) is given as `eagle` too and drafts through an MtpDrafter.
 
     `tree` drafts token trees (chain, static or dynamic, see TreeShape) instead of num_spec_tokens chains.
     `context_rows` > 0 makes the drafter's vocabulary context-aware (vocab/context_vocab.py): the map's rows plus
@@ -80,7 +83,10 @@ def build_generator(
         head = eagle if isinstance(eagle, EagleHead) else load_eagle_head(eagle, target)
         token_map, ranked = _static_or_ranked(token_map, token_map_size, auto_size, head.draft_vocab_size,
                                               int(head.target_vocab_size))
-        drafter = EagleDrafter(head, int(target.config.num_hidden_layers), token_map, **context, ranked=ranked)
+        # An MTP head (models/mtp.py) is drafted by the same loop; its own class names the method "mtp".
+        drafter_cls = MtpDrafter if isinstance(head, MtpHead) else EagleDrafter
+        num_layers = int(target.config.get_text_config(decoder=True).num_hidden_layers)
+        drafter = drafter_cls(head, num_layers, token_map, **context, ranked=ranked)
     elif draft is None:
         if token_map is not None:
             raise FrspecError("a token map restricts a drafter's LM head: give a draft model too")
