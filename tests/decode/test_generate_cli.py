@@ -71,7 +71,7 @@ def test_generate_with_context_rows_is_lossless(model_dirs, capsys, budget):
     code, out, err = _run(base, capsys)
     vanilla = json.loads(out)
     code, out, err = _run(base + ["--draft", str(model_dirs / "draft"), "--token-map", str(model_dirs / "map.frspec"),
-                                  "--context-rows", "16", "--context-budget", budget], capsys)
+                                  "--context-rows", "16", "--context-budget", budget, "--num-spec-tokens", "3"], capsys)
     assert code == 0, err
     record = json.loads(out)
     assert record["token_ids"] == vanilla["token_ids"] and record["method"] == "fr-spec"
