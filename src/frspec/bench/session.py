@@ -168,7 +168,7 @@ def _run_section(section: Section, plan: BenchPlan, prompts, say) -> tuple[Any, 
         plan.num_spec_tokens, sorted(draft_sizes), has_draft=section.draft is not None,
         draft_tree_shapes=plan.draft_tree_shapes,
         eagle_tree_shapes=plan.eagle_tree_shapes if section.eagle is not None else (),
-        eagle_token_map_sizes=sorted(eagle_sizes),
+        eagle_token_map_sizes=sorted(eagle_sizes), auto=plan.auto,
     )
     config = plan.config
     if config is not None and config.shape is not None and section.draft is not None:

@@ -106,6 +106,11 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
                 "draft_tokens": agg.draft_tokens,
                 "draft_tokens_per_step": _ratio(agg.draft_tokens, agg.target_forwards) if speculative else None,
                 "accepted_depth_histogram": list(agg.accepted_depth_histogram) if speculative else None,
+                # Auto rows: decode steps per chosen draft length ([0]: plain) and speculative steps per map size.
+                "auto": m.auto,
+                "chosen_depth_histogram": list(agg.chosen_depth_histogram) if m.auto else None,
+                "chosen_map_sizes": ({str(k): n for k, n in sorted(agg.chosen_map_sizes.items())}
+                                     if m.auto else None),
             }
         )
     vanilla = Method(VANILLA)
@@ -124,4 +129,16 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
         row["median_prompt_speedup_vs_drafter"] = (
             _median_prompt_speedup(result, m, baseline) if baseline in throughput else None
         )
+        best = best_static(result.methods, m, throughput) if m.auto else None
+        row["best_static"] = best.label if best is not None else None
+        row["auto_vs_best_static"] = _ratio(throughput[m], throughput.get(best)) if best is not None else None
     return rows
+
+
+def best_static(methods, auto: Method, throughput: dict[Method, float]) -> Method | None:
+    """The fastest row a user could have picked in hindsight instead of `auto`: vanilla (same quantization) or
+    the same drafter (draft model, or EAGLE head) at any static map size or none, any shape, no context rows."""
+    same = [m for m in methods if not m.auto and m.quant == auto.quant and m.context_rows is None
+            and (m.kind == VANILLA or (m.kind not in TARGET_ONLY and m.uses_eagle == auto.uses_eagle))]
+    rated = [m for m in same if throughput.get(m)]
+    return max(rated, key=lambda m: throughput[m]) if rated else None

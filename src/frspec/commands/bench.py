@@ -111,6 +111,10 @@ def register(subparsers) -> None:
     p.add_argument("--context-budgets", default="fixed", metavar="B,B",
                    help="budgets of the context-aware rows: fixed (N of the map's k rows) and/or additive (k + N "
                         "rows) (default: %(default)s)")
+    p.add_argument("--no-auto", dest="auto", action="store_false",
+                   help="leave out the auto rows (by default, with token maps, each drafter gets a row whose map "
+                        "size, and for a draft model's chain whose length, the per-request controller chooses per "
+                        "step from one frequency-ranked head; frspec's engine only)")
     add_dtype(p)
     add_device(p)
     add_quant_options(p)
@@ -138,7 +142,7 @@ PLAN_OPTIONS = (
     "dataset", "field", "num_prompts", "max_new_tokens", "num_spec_tokens", "token_map_sizes", "draft_tree_shapes",
     "tree_shapes", "eagle_token_map_sizes", "context_rows", "context_budgets", "token_map", "counts",
     "token_map_source", "quant_rows", "quant_num_spec_tokens", "quant_token_map_sizes", "quant_draft_head",
-    "no_llamacpp", "row_costs", "warmup_tokens", "engine", "batch_sizes", "repeats", "out",
+    "no_llamacpp", "row_costs", "warmup_tokens", "engine", "batch_sizes", "repeats", "out", "auto",
 )
 
 

@@ -72,6 +72,7 @@ class SpeculativeGenerator:
         tree: TreeShape | None = None,
         controller: ControllerSettings | None = None,
         costs: StepCosts | None = None,
+        map_size: int | None = None,
     ):
         check_num_spec_tokens(num_spec_tokens)
         self.target = target
@@ -104,6 +105,14 @@ class SpeculativeGenerator:
             drafter.check_shape(self.shape)
         if controller is not None and drafter is None:
             raise FrspecError("the controller chooses a drafter's draft length and map size: give a drafter")
+        if map_size is not None:
+            # A fixed size of a ranked head several generators share (e.g. the bench's static rows): set at the
+            # start of every request, since another generator may have drafted at another size in between.
+            if drafter is None or not hasattr(drafter.vocab, "set_size") or controller is not None:
+                raise FrspecError("a fixed map size per generator needs a drafter with a ranked head and no "
+                                  "controller")
+            drafter.vocab.set_size(map_size)
+        self.map_size = map_size
         self.controller = controller
         self.costs = costs
 
@@ -264,6 +273,8 @@ class SpeculativeGenerator:
     def _start(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams) -> DecodeState:
         if self.drafter is not None:
             self.drafter.reset()
+            if self.map_size is not None:
+                self.drafter.vocab.set_size(self.map_size)
         return start_state(self.target, prompt_ids, max_new_tokens, sampling)
 
     @torch.inference_mode()

@@ -75,6 +75,7 @@ def build_generator(
         if token_map is None:
             raise FrspecError("a context-aware draft vocabulary extends a token map: give one (--token-map)")
     drafter = None
+    fixed_size = None  # a size of a ranked drafter given by the caller, set per request
     if eagle is not None:
         if draft is not None:
             raise FrspecError("give a draft model or an EAGLE head, not both")
@@ -97,7 +98,7 @@ def build_generator(
         if isinstance(token_map_size, int) and not isinstance(token_map_size, bool):
             if not hasattr(drafter.vocab, "set_size"):
                 raise FrspecError("a map size for a drafter built outside build_generator needs its head ranked")
-            drafter.vocab.set_size(token_map_size)
+            fixed_size = token_map_size
     else:
         vocab_size = check_same_vocab(target, draft)
         if token_map is not None:
@@ -106,14 +107,14 @@ def build_generator(
         drafter = DraftModelDrafter(draft, token_map, **context, ranked=ranked)
     # SpeculativeGenerator's chain when no tree and no controller gives the shape (with a tree it is unused).
     chain = num_spec_tokens if isinstance(num_spec_tokens, int) else 4
-    if drafter is None or not (auto_length or auto_size):
-        return SpeculativeGenerator(target, drafter, tokenizer, chain, tree)
+    if drafter is None or not (auto_length or auto_size) or (fixed_size is not None and not auto_length):
+        return SpeculativeGenerator(target, drafter, tokenizer, chain, tree, map_size=fixed_size)
     vocab = drafter.vocab
     full = getattr(vocab, "full_size", None)
     if auto_size and full is not None:
         sizes = default_map_sizes(full, vocab.ranked_size)
     else:
-        sizes = (vocab.size,)
+        sizes = (vocab.size if fixed_size is None else fixed_size,)
     if auto_length:
         settings = ControllerSettings(sizes=sizes)
     elif tree is not None and tree.kind != "chain":
