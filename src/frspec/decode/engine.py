@@ -13,7 +13,6 @@ from typing import Generator, Iterable, Iterator, Sequence
 import torch
 
 from frspec.decode.drafter import Drafter
-from frspec.decode.eagle_drafter import EagleDrafter
 from frspec.decode.request import Request, prepare_request
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.stats import GenerationStats
@@ -81,7 +80,7 @@ class SpeculativeGenerator:
                     f"target and draft vocabularies differ: the target has {self.vocab_size} ids, "
                     f"the drafter {drafter.vocab_size}"
                 )
-            drafter_device = torch.device(getattr(drafter, "device", self.device))
+            drafter_device = torch.device(drafter.device)
             if drafter_device.type != self.device.type or (drafter_device.index or 0) != (self.device.index or 0):
                 raise FrspecError(f"target is on {self.device} but the drafter is on {drafter_device}")
             if self.shape.kind != "chain":
@@ -94,7 +93,7 @@ class SpeculativeGenerator:
         if self.drafter is None:
             return "vanilla"
         mapped = self.drafter.token_map is not None
-        if isinstance(self.drafter, EagleDrafter):
+        if self.drafter.kind == "eagle":
             return "eagle+fr-spec" if mapped else "eagle"
         return "fr-spec" if mapped else "draft"
 
@@ -147,9 +146,8 @@ class SpeculativeGenerator:
                                   sampling, stop_strings, eos_token_ids, apply_chat_template)
         # Before anything is allocated: a request beyond the model's positions is an error, not garbage or an OOM.
         check_context_length(self.target, len(request.prompt_ids), request.max_new_tokens, "the target")
-        draft_model = getattr(self.drafter, "model", None)
-        if draft_model is not None:
-            check_context_length(draft_model, len(request.prompt_ids), request.max_new_tokens, "the draft model")
+        if self.drafter is not None:
+            self.drafter.check_request_lengths(len(request.prompt_ids), request.max_new_tokens)
         return request
 
     def _run(self, request: Request, stream: bool) -> Generator[str, None, GenerationOutput]:

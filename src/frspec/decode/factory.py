@@ -18,6 +18,44 @@ from frspec.models.loading import check_same_vocab, vocab_size_of
 from frspec.vocab.token_map import TokenMap
 
 
+def build_drafter(
+    target: torch.nn.Module,
+    draft: torch.nn.Module | None = None,
+    token_map: TokenMap | None = None,
+    tokenizer=None,
+    eagle: EagleHead | str | os.PathLike | None = None,
+    context_rows: int = 0,
+    context_budget: str = "fixed",
+    head_quant: str | None = None,
+) -> Drafter | None:
+    """The drafter for `target`: None (vanilla), a draft model's (restricted to `token_map` when given), or an EAGLE
+    head's (a loaded head, or a directory / hub id to load one from). Every check (vocabularies, map size, context
+    rows) runs before its DraftVocab copies any LM-head rows. `head_quant` quantizes a draft model's drafter head
+    (full or FR-Spec pruned) once its rows are selected; EAGLE heads stay float. What build_generator, the bench
+    and the tuner draft with."""
+    context = dict(context_rows=context_rows, context_budget=context_budget)
+    if context_rows:
+        if draft is None and eagle is None:
+            raise FrspecError("context rows extend a drafter's token map: give a draft model or an EAGLE head")
+        if token_map is None:
+            raise FrspecError("a context-aware draft vocabulary extends a token map: give one (--token-map)")
+    if eagle is not None:
+        if draft is not None:
+            raise FrspecError("give a draft model or an EAGLE head, not both")
+        if token_map is not None:
+            check_token_map(token_map, vocab_size_of(target), "the target model", tokenizer)
+        head = eagle if isinstance(eagle, EagleHead) else load_eagle_head(eagle, target)
+        return EagleDrafter(head, int(target.config.num_hidden_layers), token_map, **context)
+    if draft is None:
+        if token_map is not None:
+            raise FrspecError("a token map restricts a drafter's LM head: give a draft model too")
+        return None
+    vocab_size = check_same_vocab(target, draft)
+    if token_map is not None:
+        check_token_map(token_map, vocab_size, "the target model", tokenizer)
+    return DraftModelDrafter(draft, token_map, **context, head_quant=head_quant)
+
+
 def build_generator(
     target: torch.nn.Module,
     draft: torch.nn.Module | Drafter | None = None,
@@ -28,44 +66,30 @@ def build_generator(
     tree: TreeShape | None = None,
     context_rows: int = 0,
     context_budget: str = "fixed",
+    draft_head_quant: str | None = None,
 ) -> SpeculativeGenerator:
     """A generator for the usual methods: vanilla (no draft), draft model, or draft model + FR-Spec token map;
-    or an EAGLE head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a map.
+    or an EAGLE head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a map;
+    or a drafter built already (`build_drafter`), shared by several generators.
 
     `tree` drafts token trees (chain, static or dynamic, see TreeShape) instead of num_spec_tokens chains.
     `context_rows` > 0 makes the drafter's vocabulary context-aware (vocab/context_vocab.py): the map's rows plus
     up to that many rows for the request's prompt and accepted tokens, within the map's k rows
     (`context_budget="fixed"`) or added to them ("additive"); it needs a token map and a drafter built here.
+    `draft_head_quant` quantizes a draft model's drafter head (build_drafter's head_quant).
     Every check (depth, vocabularies, map size) runs before the drafter's DraftVocab copies any LM-head rows. Models
     and heads are shared, never modified: several generators may draft with one draft model or EAGLE head.
     """
     check_num_spec_tokens(num_spec_tokens)
-    context = dict(context_rows=context_rows, context_budget=context_budget)
-    if context_rows:
-        if draft is None and eagle is None:
-            raise FrspecError("context rows extend a drafter's token map: give a draft model or an EAGLE head")
-        if isinstance(draft, Drafter):
+    if isinstance(draft, Drafter):
+        if context_rows:
             raise FrspecError("give the context rows to the drafter itself, not to build_generator")
-        if token_map is None:
-            raise FrspecError("a context-aware draft vocabulary extends a token map: give one (--token-map)")
-    drafter = None
-    if eagle is not None:
-        if draft is not None:
+        if eagle is not None:
             raise FrspecError("give a draft model or an EAGLE head, not both")
-        if token_map is not None:
-            check_token_map(token_map, vocab_size_of(target), "the target model", tokenizer)
-        head = eagle if isinstance(eagle, EagleHead) else load_eagle_head(eagle, target)
-        drafter = EagleDrafter(head, int(target.config.num_hidden_layers), token_map, **context)
-    elif draft is None:
-        if token_map is not None:
-            raise FrspecError("a token map restricts a drafter's LM head: give a draft model too")
-    elif isinstance(draft, Drafter):
         if token_map is not None:
             raise FrspecError("give the token map to the drafter itself, not to build_generator")
         drafter = draft
     else:
-        vocab_size = check_same_vocab(target, draft)
-        if token_map is not None:
-            check_token_map(token_map, vocab_size, "the target model", tokenizer)
-        drafter = DraftModelDrafter(draft, token_map, **context)
+        drafter = build_drafter(target, draft, token_map, tokenizer, eagle, context_rows, context_budget,
+                                draft_head_quant)
     return SpeculativeGenerator(target, drafter, tokenizer, num_spec_tokens, tree)
