@@ -154,10 +154,8 @@ def run_generate(args: argparse.Namespace) -> int:
     num_spec_tokens = DEFAULT_NUM_SPEC_TOKENS if num_spec_tokens is None else num_spec_tokens
     drafted = tree if drafting else None  # vanilla drafts nothing
     generator = build_generator(target, draft, token_map, num_spec_tokens, tokenizer, eagle=eagle, tree=drafted,
-                                context_rows=args.context_rows, context_budget=args.context_budget)
-    from frspec.models.quant import quantize_drafter_head
-
-    quantize_drafter_head(generator.drafter, draft_quant(args))
+                                context_rows=args.context_rows, context_budget=args.context_budget,
+                                draft_head_quant=draft_quant(args))
 
     kwargs = dict(
         prompt=prompt,

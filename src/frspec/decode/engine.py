@@ -14,9 +14,7 @@ import torch
 
 from frspec.decode.controller import ControllerSettings, ControllerState, Plan, choose, new_request, observe
 from frspec.decode.drafter import Drafter
-from frspec.decode.eagle_drafter import EagleDrafter
 from frspec.decode.hybrid_target import check_hybrid_tree_support, is_hybrid
-from frspec.decode.mtp_drafter import MtpDrafter
 from frspec.decode.request import Request, prepare_request
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.stats import GenerationStats
@@ -91,7 +89,7 @@ class SpeculativeGenerator:
                     f"target and draft vocabularies differ: the target has {self.vocab_size} ids, "
                     f"the drafter {drafter.vocab_size}"
                 )
-            drafter_device = torch.device(getattr(drafter, "device", self.device))
+            drafter_device = torch.device(drafter.device)
             if drafter_device.type != self.device.type or (drafter_device.index or 0) != (self.device.index or 0):
                 raise FrspecError(f"target is on {self.device} but the drafter is on {drafter_device}")
             if controller is not None:
@@ -114,10 +112,8 @@ class SpeculativeGenerator:
         if self.drafter is None:
             return "vanilla"
         mapped = self.drafter.token_map is not None
-        if isinstance(self.drafter, MtpDrafter):
-            return "mtp+fr-spec" if mapped else "mtp"
-        if isinstance(self.drafter, EagleDrafter):
-            return "eagle+fr-spec" if mapped else "eagle"
+        if self.drafter.kind in ("mtp", "eagle"):
+            return f"{self.drafter.kind}+fr-spec" if mapped else self.drafter.kind
         return "fr-spec" if mapped else "draft"
 
     def generate(
@@ -169,9 +165,8 @@ class SpeculativeGenerator:
                                   sampling, stop_strings, eos_token_ids, apply_chat_template)
         # Before anything is allocated: a request beyond the model's positions is an error, not garbage or an OOM.
         check_context_length(self.target, len(request.prompt_ids), request.max_new_tokens, "the target")
-        draft_model = getattr(self.drafter, "model", None)
-        if draft_model is not None:
-            check_context_length(draft_model, len(request.prompt_ids), request.max_new_tokens, "the draft model")
+        if self.drafter is not None:
+            self.drafter.check_request_lengths(len(request.prompt_ids), request.max_new_tokens)
         return request
 
     def _run(self, request: Request, stream: bool) -> Generator[str, None, GenerationOutput]:
