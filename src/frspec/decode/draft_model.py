@@ -65,6 +65,10 @@ class DraftModelDrafter(Drafter):
             self.vocab.quantize_head(lambda linear: quantize_linear(linear, head_quant))
         self.cache = new_cache(model)
 
+    @property
+    def weights(self) -> torch.nn.Module:
+        return self.model
+
     def check_request_lengths(self, prompt_tokens: int, max_new_tokens: int) -> None:
         check_context_length(self.model, prompt_tokens, max_new_tokens, "the draft model")
 

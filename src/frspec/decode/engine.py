@@ -25,6 +25,7 @@ from frspec.decode.token_tree import check_tree_support
 from frspec.decode.tree_shape import TreeShape, check_num_spec_tokens
 from frspec.errors import FrspecError
 from frspec.models.loading import check_context_length, vocab_size_of
+from frspec.vocab.ranked_vocab import RankedVocab
 
 
 @dataclass
@@ -227,7 +228,7 @@ class SpeculativeGenerator:
             return None
         vocab = self.drafter.vocab
         prior = {}
-        if hasattr(vocab, "coverage") and vocab.coverage_prior is not None:
+        if isinstance(vocab, RankedVocab) and vocab.coverage_prior is not None:
             prior = {k: vocab.coverage(k) for k in self.controller.sizes}
         return new_request(self.controller, prior, sampling.seed)
 
@@ -241,7 +242,7 @@ class SpeculativeGenerator:
             vocab.set_size(plan.size)  # before proposing: the proposal is drafted and verified over these rows
         shape = None if plan.depth == 0 else (self.controller.shape or TreeShape.chain(plan.depth))
         step = decode_step(self.target, self.drafter, state, shape, self.hidden_layers, remaining)
-        ranks = vocab.ranks(step.tokens).tolist() if hasattr(vocab, "ranks") else None
+        ranks = vocab.ranks(step.tokens).tolist() if isinstance(vocab, RankedVocab) else None
         observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks)
         stats.record_choice(step.drafted_depth, plan.size)
         return step
@@ -279,7 +280,7 @@ def _check_controller(settings: ControllerSettings, costs: StepCosts | None, dra
     if costs is None:
         raise FrspecError("the controller decides from measured step costs: give costs (decode/step_costs.py)")
     vocab = drafter.vocab
-    full = getattr(vocab, "full_size", None)
+    full = vocab.full_size if isinstance(vocab, RankedVocab) else None
     if full is None:
         if settings.sizes != (vocab.size,):
             raise FrspecError(f"this drafter scores a fixed {vocab.size} rows; map sizes {list(settings.sizes)} "

@@ -20,6 +20,7 @@ from frspec.models.eagle import EagleHead
 from frspec.models.eagle_loading import load_eagle_head
 from frspec.models.loading import check_same_vocab, vocab_size_of
 from frspec.models.mtp import MtpHead
+from frspec.vocab.ranked_vocab import RankedVocab
 from frspec.vocab.token_map import TokenMap
 
 
@@ -125,7 +126,7 @@ def build_generator(
             raise FrspecError("give the token map to the drafter itself, not to build_generator")
         drafter = draft
         if isinstance(token_map_size, int) and not isinstance(token_map_size, bool):
-            if not hasattr(drafter.vocab, "set_size"):
+            if not isinstance(drafter.vocab, RankedVocab):
                 raise FrspecError("a map size for a drafter built outside build_generator needs its head ranked")
             drafter.vocab.set_size(token_map_size)
     else:
@@ -136,9 +137,8 @@ def build_generator(
     if drafter is None or not (auto_length or auto_size):
         return SpeculativeGenerator(target, drafter, tokenizer, chain, tree)
     vocab = drafter.vocab
-    full = getattr(vocab, "full_size", None)
-    if auto_size and full is not None:
-        sizes = default_map_sizes(full, vocab.ranked_size)
+    if auto_size and isinstance(vocab, RankedVocab):
+        sizes = default_map_sizes(vocab.full_size, vocab.ranked_size)
     else:
         sizes = (vocab.size,)
     if auto_length:
