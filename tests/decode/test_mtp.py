@@ -161,3 +161,9 @@ def test_hybrid_target_restores_state_at_every_depth(strong_hybrids, family, tre
     assert out.token_ids == reference
     proposed, accepted = out.stats.proposed_per_position, out.stats.accepted_per_position
     assert all(p > a > 0 for p, a in zip(proposed, accepted)), (proposed, accepted)  # rejections at each depth
+
+
+def test_hybrid_draft_model_is_refused_in_one_line(strong_hybrids):
+    target = strong_hybrids["qwen3_5"]
+    with pytest.raises(FrspecError, match="linear-attention layers"):
+        build_generator(target, strong_hybrids["qwen3_next"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from frspec.decode.drafter import Drafter, check_token_map
+from frspec.decode.hybrid_target import is_hybrid
 from frspec.decode.kv_cache import cache_length, enable_rollback, new_cache, truncate_cache
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.timing import now
@@ -49,6 +50,11 @@ class DraftModelDrafter(Drafter):
         (`context_budget="fixed"`) or added to them ("additive")."""
         super().__init__()
         _check_plain_logits(model)
+        if is_hybrid(model):
+            # Its recurrent state cannot be cut back after a rejected draft (transformers' crop only rewinds the
+            # convolution window), so it would draft from a state that saw rejected tokens.
+            raise FrspecError("draft models with linear-attention layers (Qwen3-Next, Qwen3.5) are not supported: "
+                              "draft a hybrid target with its MTP layers (--mtp) or a full-attention draft model")
         full_head = model.get_output_embeddings()
         if getattr(full_head, "weight", None) is None:
             raise FrspecError(f"{type(model).__name__} has no linear LM head to draft with")
