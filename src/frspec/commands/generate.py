@@ -102,8 +102,10 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.target is None:
         raise FrspecError("give --target (or --config FILE)")
     # No --num-spec-tokens (nor a config's): auto for a quantized target, else DEFAULT_NUM_SPEC_TOKENS (below).
-    if sum(map(bool, (args.draft, args.eagle, args.mtp))) > 1:
-        raise FrspecError("give one of --draft, --eagle and --mtp")
+    if args.draft and args.eagle:
+        raise FrspecError("give --draft or --eagle, not both")
+    if args.mtp and (args.draft or args.eagle):
+        raise FrspecError("--mtp drafts with the target's own MTP layers: give it without --draft or --eagle")
     drafting = bool(args.draft or args.eagle or args.mtp)
     if args.token_map and not drafting:
         raise FrspecError("--token-map restricts a draft model's LM head: give --draft (or --eagle, --mtp) too")
@@ -111,7 +113,7 @@ def run_generate(args: argparse.Namespace) -> int:
     chain = DEFAULT_NUM_SPEC_TOKENS if num_spec_tokens is None else num_spec_tokens
     tree = TreeShape.from_options(chain, args.tree_depth, args.tree_branching, args.tree_budget)
     if args.tree_depth is not None and not drafting:
-        raise FrspecError("token trees are drafted by a drafter: give --draft, --eagle or --mtp too")
+        raise FrspecError("token trees are drafted by a drafter: give --draft or --eagle (or --mtp) too")
     eagle = None
     if args.eagle:
         from frspec.models.eagle_loading import resolve_head_dir
