@@ -41,7 +41,7 @@ def register(subparsers) -> None:
                         "k + N rows (default: %(default)s)")
     p.add_argument("--num-spec-tokens", default=None, metavar="K|auto",
                    help="drafted tokens per step, a chain; auto: the best chain on the target's cost per forward "
-                        "measured against rows on this machine (a few seconds; bench/row_costs.py). Default: auto "
+                        "measured against rows on this machine (a few seconds; tune/cost_model.py). Default: auto "
                         "for a quantized target drafted by a draft model (its kernels' cost jumps after a few rows), "
                         f"else {DEFAULT_NUM_SPEC_TOKENS}. The tree options replace it")
     p.add_argument("--tree-depth", type=int, metavar="D", help="draft token trees D levels deep")
@@ -149,7 +149,7 @@ def run_generate(args: argparse.Namespace) -> int:
             raise FrspecError(f"--mtp reads the MTP layers from a local checkpoint directory, not {args.target!r}")
         eagle = load_mtp_head(target, target_dir)  # drafted by an MtpDrafter (build_generator)
     if num_spec_tokens is None and draft is not None and args.tree_depth is None:
-        from frspec.bench.row_costs import auto_chain_length
+        from frspec.tune.cost_model import auto_chain_length
 
         num_spec_tokens = auto_chain_length(target, draft)
         tree = TreeShape.chain(num_spec_tokens)

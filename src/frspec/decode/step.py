@@ -100,7 +100,8 @@ def decode_step(
     n = state.length
     past = n - 1  # the target cache holds everything but the pending token, the tree's root
     # Drafts beyond the token budget could never be emitted: draft at most remaining - 1 (the target adds one).
-    depth = 0 if drafter is None else min(shape.depth, remaining - 1)
+    # shape None with a drafter: a plain step inside a speculative request (the controller chose not to draft).
+    depth = 0 if drafter is None or shape is None else min(shape.depth, remaining - 1)
     if depth >= 1:
         tree = drafter.propose(state.buf[:, :n], shape.with_depth(depth), state.sampling, state.generator)
     else:
