@@ -15,7 +15,7 @@ import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-from spec_tiny import hf_greedy, noisy_copy
+from tests.decode.spec_tiny import hf_greedy, noisy_copy
 
 from frspec.decode.factory import build_generator
 from frspec.decode.tree_shape import TreeShape

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mtp_tiny import FAMILIES, HYBRID_FAMILIES, load_target, save_mtp_checkpoint
-from spec_tiny import hf_greedy
+from tests.decode.mtp_tiny import FAMILIES, HYBRID_FAMILIES, load_target, save_mtp_checkpoint
+from tests.decode.spec_tiny import hf_greedy
 
 from frspec.decode.drafter import Drafter
 from frspec.decode.factory import build_generator
@@ -96,7 +96,7 @@ def test_layout_detection_and_shared_head(checkpoints, loaded):
 
 
 def test_checkpoint_without_mtp_is_refused(tmp_path):
-    from spec_tiny import tiny_lm
+    from tests.decode.spec_tiny import tiny_lm
 
     model = tiny_lm("qwen2", VOCAB, dtype=torch.float32)
     model.save_pretrained(tmp_path)

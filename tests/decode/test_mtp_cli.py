@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from mtp_tiny import FAMILIES, save_mtp_checkpoint
-from spec_tiny import tiny_tokenizer
+from tests.decode.mtp_tiny import FAMILIES, save_mtp_checkpoint
+from tests.decode.spec_tiny import tiny_tokenizer
 
 from frspec import cli
 from frspec.vocab.token_map import TokenMap
@@ -55,7 +55,7 @@ def test_mtp_errors_are_one_line(tmp_path, checkpoints, capsys):
     code, _, err = _run(["generate", "--target", str(dirs["mimo"]), "--mtp", "--draft", str(dirs["mimo"]),
                          "--prompt", "x"], capsys)
     assert code != 0 and "without --draft or --eagle" in err
-    from spec_tiny import tiny_lm
+    from tests.decode.spec_tiny import tiny_lm
 
     import torch
 

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-from decode_adapter import SamplingParams, TreeShape, build_generator
+from tests.lossless.decode_adapter import SamplingParams, TreeShape, build_generator
 from frspec.models.mtp import load_mtp_head
 from frspec.vocab.token_map import TokenMap
-from lossless_power import check_distribution, samples_for_tv
-from lossless_reference import reference_probs
-from lossless_sampling import SCALE
-from mtp_tiny import load_target, save_mtp_checkpoint
+from tests.lossless.lossless_power import check_distribution, samples_for_tv
+from tests.lossless.lossless_reference import reference_probs
+from tests.lossless.lossless_sampling import SCALE
+from tests.decode.mtp_tiny import load_target, save_mtp_checkpoint
 
 V = 16
 PROMPT = [3, 9, 1]
