@@ -39,6 +39,7 @@ def test_generate_with_mtp_is_the_targets_output(checkpoints, family, capsys):
     code, out, err = _run(base, capsys)
     assert code == 0, err
     vanilla = json.loads(out)
+    assert vanilla["method"] == "vanilla" and "carries 1 MTP layer(s)" in err and "--mtp drafts with them" in err
     code, out, err = _run(base + ["--mtp"], capsys)
     assert code == 0, err
     mtp = json.loads(out)

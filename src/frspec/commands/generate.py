@@ -142,6 +142,13 @@ def run_generate(args: argparse.Namespace) -> int:
     target = load_model(args.target, dtype=args.dtype, device=args.device, quant=target_quant(args))
     draft = load_model(args.draft, dtype=args.dtype, device=args.device, **draft_load_options(args)) if args.draft else None
     token_map = TokenMap.load(args.token_map, vocab_size=vocab_size_of(target)) if args.token_map else None
+    if not drafting and Path(target_dir).is_dir():
+        from frspec.models.mtp import detect_mtp
+
+        layout = detect_mtp(target_dir, int(target.config.get_text_config(decoder=True).num_hidden_layers))
+        if layout is not None:  # detected, not switched on: without a drafter the command stays vanilla
+            print(f"note: the target carries {layout.num_layers} MTP layer(s) ({layout.family} layout); "
+                  "--mtp drafts with them", file=sys.stderr)
     if args.mtp:
         from frspec.models.mtp import load_mtp_head
 
