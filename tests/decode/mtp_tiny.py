@@ -124,6 +124,26 @@ def save_mtp_checkpoint(root, family: str, vocab: int = 96, layers: int = 2, see
     return root
 
 
+def as_qwen3_5_release(text_root, root) -> Path:
+    """The Qwen3.5 checkpoint `text_root` (save_mtp_checkpoint's "qwen3_5") as Qwen3.5 is released: a multimodal
+    config (model_type "qwen3_5", text_config + vision_config) and the text weights under `model.language_model.`,
+    `mtp.*` at the top level."""
+    from transformers import Qwen3_5Config
+
+    text_root, root = Path(text_root), Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    state = load_file(str(text_root / "model.safetensors"))
+    state = {("model.language_model." + k[len("model."):]) if k.startswith("model.") else k: v for k, v in state.items()}
+    save_file(state, str(root / "model.safetensors"), metadata={"format": "pt"})
+    text = json.loads((text_root / "config.json").read_text())
+    text = {k: v for k, v in text.items() if k not in ("architectures", "transformers_version")}
+    config = Qwen3_5Config(text_config=text, vision_config=dict(depth=1, hidden_size=16, num_heads=2,
+                                                                 intermediate_size=16, out_hidden_size=32))
+    config.architectures = ["Qwen3_5ForConditionalGeneration"]
+    config.save_pretrained(root)
+    return root
+
+
 def load_target(root, dtype: torch.dtype = torch.float32):
     """The target model of a checkpoint written by `save_mtp_checkpoint` (its MTP weights are not loaded)."""
     from transformers.utils import logging

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.decode.mtp_tiny import FAMILIES, HYBRID_FAMILIES, load_target, save_mtp_checkpoint
+from tests.decode.mtp_tiny import FAMILIES, HYBRID_FAMILIES, as_qwen3_5_release, load_target, save_mtp_checkpoint
 from tests.decode.spec_tiny import hf_greedy
 
 from frspec.decode.drafter import Drafter
@@ -78,6 +78,18 @@ def test_recursive_mtp_drafts_deeper_than_its_layers(loaded, family):
                                                                            eos_token_ids=[])
     assert out.token_ids == reference
     assert out.stats.accepted_per_position[1] > 0
+
+
+@pytest.mark.parametrize("shape", ["chain", "static"])
+def test_qwen3_5_released_multimodal_layout(checkpoints, loaded, tmp_path, shape):
+    """Qwen3.5 ships as a multimodal checkpoint (text weights under model.language_model., mtp.* beside them):
+    loaded as its causal LM, drafted by its MTP layer, still the target's own output."""
+    _, _, reference = loaded["qwen3_5"]
+    path = as_qwen3_5_release(checkpoints["qwen3_5"], tmp_path / "release")
+    target = load_target(path)
+    out = build_generator(target, eagle=load_mtp_head(target, path), tree=SHAPES[shape],
+                          num_spec_tokens=4).generate(input_ids=PROMPT, max_new_tokens=NEW, eos_token_ids=[])
+    assert out.token_ids == reference and out.stats.accepted_per_position[0] > 0
 
 
 def test_layout_detection_and_shared_head(checkpoints, loaded):
