@@ -102,8 +102,10 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.target is None:
         raise FrspecError("give --target (or --config FILE)")
     # No --num-spec-tokens (nor a config's): auto for a quantized target, else DEFAULT_NUM_SPEC_TOKENS (below).
-    if sum(map(bool, (args.draft, args.eagle, args.mtp))) > 1:
-        raise FrspecError("give one of --draft, --eagle and --mtp")
+    if args.draft and args.eagle:
+        raise FrspecError("give --draft or --eagle, not both")
+    if args.mtp and (args.draft or args.eagle):
+        raise FrspecError("--mtp drafts with the target's own MTP layers: give it without --draft or --eagle")
     drafting = bool(args.draft or args.eagle or args.mtp)
     if args.token_map and not drafting:
         raise FrspecError("--token-map restricts a draft model's LM head: give --draft (or --eagle, --mtp) too")
@@ -111,7 +113,7 @@ def run_generate(args: argparse.Namespace) -> int:
     chain = DEFAULT_NUM_SPEC_TOKENS if num_spec_tokens is None else num_spec_tokens
     tree = TreeShape.from_options(chain, args.tree_depth, args.tree_branching, args.tree_budget)
     if args.tree_depth is not None and not drafting:
-        raise FrspecError("token trees are drafted by a drafter: give --draft, --eagle or --mtp too")
+        raise FrspecError("token trees are drafted by a drafter: give --draft or --eagle (or --mtp) too")
     eagle = None
     if args.eagle:
         from frspec.models.eagle_loading import resolve_head_dir
@@ -140,6 +142,13 @@ def run_generate(args: argparse.Namespace) -> int:
     target = load_model(args.target, dtype=args.dtype, device=args.device, quant=target_quant(args))
     draft = load_model(args.draft, dtype=args.dtype, device=args.device, **draft_load_options(args)) if args.draft else None
     token_map = TokenMap.load(args.token_map, vocab_size=vocab_size_of(target)) if args.token_map else None
+    if not drafting and Path(target_dir).is_dir():
+        from frspec.models.mtp import detect_mtp
+
+        layout = detect_mtp(target_dir, int(target.config.get_text_config(decoder=True).num_hidden_layers))
+        if layout is not None:  # detected, not switched on: without a drafter the command stays vanilla
+            print(f"note: the target carries {layout.num_layers} MTP layer(s) ({layout.family} layout); "
+                  "--mtp drafts with them", file=sys.stderr)
     if args.mtp:
         from frspec.models.mtp import load_mtp_head
 
