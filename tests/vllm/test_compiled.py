@@ -5,7 +5,7 @@ equal the target's own for a draft model and an EAGLE-1/2 head, and drafts stay 
 import pytest
 import torch
 from vllm import SamplingParams
-from vllm_tiny import MAP_IDS, PROMPTS, Recorder, hf_greedy, start_llm, stop_llm
+from tests.vllm.vllm_tiny import MAP_IDS, PROMPTS, Recorder, hf_greedy, start_llm, stop_llm
 
 NEW_TOKENS = 16
 

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 from vllm import SamplingParams
-from vllm_tiny import MAP_IDS, VOCAB, Recorder, frspec_head, hf_greedy, start_llm, stop_llm
+from tests.vllm.vllm_tiny import MAP_IDS, VOCAB, Recorder, frspec_head, hf_greedy, start_llm, stop_llm
 
 NEW_TOKENS = 20
 TEMPERATURE = 0.8

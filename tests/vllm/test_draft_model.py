@@ -5,7 +5,7 @@ probabilistic draft sampling the rejection sampler receives exactly the pruned h
 import pytest
 import torch
 from vllm import SamplingParams
-from vllm_tiny import MAP_IDS, PROMPTS, VOCAB, Recorder, frspec_head, hf_greedy, start_llm, stop_llm
+from tests.vllm.vllm_tiny import MAP_IDS, PROMPTS, VOCAB, Recorder, frspec_head, hf_greedy, start_llm, stop_llm
 
 from frspec.vllm_plugin.pruned_logits import pruned_logits_of
 

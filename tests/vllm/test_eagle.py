@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from vllm import SamplingParams
-from vllm_tiny import MAP_IDS, PROMPTS, Recorder, frspec_head, hf_greedy, model_runner, start_llm, stop_llm
+from tests.vllm.vllm_tiny import MAP_IDS, PROMPTS, Recorder, frspec_head, hf_greedy, model_runner, start_llm, stop_llm
 
 NEW_TOKENS = 16
 

@@ -3,7 +3,7 @@ vLLM's tensorizer or ModelExpress loaders, does not go through BaseModelLoader.l
 one line naming the vLLM version, the runner and the drafter class, before any request is served."""
 
 import pytest
-from vllm_tiny import start_llm, stop_llm
+from tests.vllm.vllm_tiny import start_llm, stop_llm
 
 from frspec.errors import FrspecError
 from frspec.vllm_plugin.internals import vllm_version

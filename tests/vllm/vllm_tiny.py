@@ -13,8 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from frspec.vocab.token_map import TokenMap
-from spec_tiny import noisy_copy  # the engine tests' helpers (tests/decode, put on the path by conftest.py)
-from spec_tiny import tiny_tokenizer as tokenizer
+from tests.decode.spec_tiny import noisy_copy  # the engine tests' helpers
+from tests.decode.spec_tiny import tiny_tokenizer as tokenizer
 
 VOCAB = 96  # the model's vocabulary: more rows than the tokenizer's ids, as Qwen2.5's 151,936 vs 151,665
 MAP_IDS = list(range(4, 44))  # a 40-token map; drafts from the full head land outside it often
