@@ -3,7 +3,7 @@ against the number of rows, for bf16 F.linear, int8 `_weight_int8pack_mm` and in
 
     flock /tmp/frspec-bench.lock python scripts/kernel_rows.py --rows 1,2,3,4,5,8,16 --groups 32,64
 
-It separates the kernels' own cost curve from a model's (bench/row_costs.py measures whole forwards).
+It separates the kernels' own cost curve from a model's (tune/cost_model.py measures whole forwards).
 """
 
 from __future__ import annotations

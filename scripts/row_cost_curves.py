@@ -2,7 +2,7 @@
 
     flock /tmp/frspec-bench.lock python scripts/row_cost_curves.py --out docs/bench-quant/row-costs
 
-What `frspec bench --quick` measures once per weight format (bench/row_costs.py), here repeated in --rounds
+What `frspec bench --quick` measures once per weight format (tune/cost_model.py), here repeated in --rounds
 rounds that rotate the formats, so that a load change on the machine hits every format alike; each point is the
 median over the rounds of each round's median of --repeats forwards.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 def main() -> int:
     from frspec.bench.environment import git_commit, machine_info
     from frspec.bench.plots import plot_row_costs
-    from frspec.bench.row_costs import measure_row_costs
+    from frspec.tune.cost_model import measure_row_costs
     from frspec.io import atomic_path
     from frspec.models.loading import load_model, set_threads
 

@@ -19,5 +19,5 @@ def _one_thread():
 # tests/vllm needs vLLM's CPU build, which lives in its own venv (scripts/setup_vllm.sh; scripts/test.sh runs it).
 import importlib.util
 
-_vllm = importlib.util.find_spec("vllm")  # (this folder's tests/vllm is on sys.path too: a namespace, not vLLM)
+_vllm = importlib.util.find_spec("vllm")  # not tests/vllm: that is the package tests.vllm
 collect_ignore = [] if _vllm is not None and _vllm.origin not in (None, "namespace") else ["vllm"]

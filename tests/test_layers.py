@@ -1,7 +1,7 @@
 """The package layers, enforced: each module imports only from its own layer or below, and no modules import
 each other in a cycle (function-level imports included; only `if TYPE_CHECKING:` blocks are exempt).
 
-    errors, io, paths  ->  vocab  ->  models  ->  decode  ->  {bench, train, vllm_plugin}  ->  commands  ->  cli
+    errors, io, paths  ->  vocab  ->  models  ->  decode  ->  {bench, tune, train, vllm_plugin}  ->  commands  ->  cli
     (frspec/__init__.py and __main__.py sit on top)
 """
 
@@ -18,7 +18,8 @@ LAYERS = [
     {"vocab"},
     {"models"},
     {"decode"},
-    {"bench", "train", "vllm_plugin"},
+    # tune confirms its pick with the bench's runner; the bench measures cost curves with tune's cost model.
+    {"bench", "tune", "train", "vllm_plugin"},
     {"commands"},
     {"cli"},
     {"__init__", "__main__"},

@@ -1,18 +1,10 @@
 """Tiny real-architecture models and a word-level tokenizer with a chat template, saved to temp dirs, so the
 benchmark runs end to end in seconds without any real model."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-
-# The engine's and loader's tiny EAGLE heads (eagle_tiny, eagle_layouts) are reused here, not duplicated. Appended, so
-# this directory's own modules (conftest) still win.
-for _shared in ("decode", "models"):
-    sys.path.append(str(Path(__file__).resolve().parents[1] / _shared))
 
 VOCAB = 320
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

@@ -20,7 +20,7 @@ from frspec.models.tokenizer import load_tokenizer
 from frspec.vocab.counting import count_tokens
 from frspec.vocab.counts import TokenCounts
 
-from conftest import CORPUS, VOCAB
+from tests.bench.conftest import CORPUS, VOCAB
 
 
 def test_context_methods_follow_each_map_row_and_are_judged_against_it():

@@ -4,8 +4,6 @@ import json
 
 import pytest
 import torch
-from eagle_layouts import eagle2_tensors, head_config, write_checkpoint
-from eagle_tiny import mostly_bigram, oracle_eagle2_checkpoint, oracle_eagle2_head, oracle_eagle3_head
 from transformers import AutoModelForCausalLM
 
 from frspec.bench.datasets import encode_prompt
@@ -20,7 +18,10 @@ from frspec.decode.tree_shape import TreeShape
 from frspec.vocab.counting import count_tokens
 from frspec.vocab.token_map import TokenMap
 
-from conftest import CORPUS, VOCAB
+from tests.models.eagle_layouts import eagle2_tensors, head_config, write_checkpoint
+from tests.decode.eagle_tiny import mostly_bigram, oracle_eagle2_checkpoint, oracle_eagle2_head, oracle_eagle3_head
+from tests.bench.conftest import CORPUS, VOCAB
+
 
 PROMPTS = ["Write a travel story.", "Explain the math of a python list sum.", "Why is the fox quick?"]
 

@@ -18,7 +18,7 @@ from frspec.models.tokenizer import load_tokenizer
 from frspec.vocab.counting import count_tokens
 from frspec.vocab.token_map import TokenMap
 
-from conftest import CORPUS, VOCAB
+from tests.bench.conftest import CORPUS, VOCAB
 
 
 def test_quantized_plan_labels_and_references():
@@ -204,24 +204,16 @@ def test_quantized_rows_drafter_head_follows_the_row_or_the_option(tiny_dirs, he
 
 def test_quick_preset_adds_quantized_rows_on_a_cpu_only():
     """On CUDA (untested on a GPU here) the quantized rows and llama.cpp are only run when asked for."""
-    import argparse
+    from frspec.bench.plan import plan_bench
 
-    from frspec.commands.bench import _settings, register
-
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
-
-    def settings(*extra):
-        return _settings(parser.parse_args(["bench", "--quick", *extra]))
-
-    cpu = settings()
-    assert cpu["quant_rows"] == ("int4",) and cpu["llamacpp"] and cpu["row_costs"] == 16
-    assert cpu["row_cost_quants"] == ("int8", "int4")
-    cuda = settings("--device", "cuda")
-    assert cuda["quant_rows"] == () and not cuda["llamacpp"] and cuda["row_cost_quants"] == ()
-    assert settings("--device", "cuda", "--quant-rows", "int4")["quant_rows"] == ("int4",)
-    assert settings("--quant", "int4")["quant_rows"] == ()  # every row is int4 already
-    off = settings("--quant-rows", "none", "--no-llamacpp")
-    assert off["quant_rows"] == () and not off["llamacpp"]
-    full = _settings(parser.parse_args(["bench"]))
-    assert full["quant_rows"] == () and not full["llamacpp"] and full["row_costs"] == 0
+    cpu = plan_bench(quick=True)
+    assert cpu.quant_rows == ("int4",) and cpu.llamacpp and cpu.row_costs == 16
+    assert cpu.row_cost_quants == ("int8", "int4")
+    cuda = plan_bench(quick=True, device="cuda")
+    assert cuda.quant_rows == () and not cuda.llamacpp and cuda.row_cost_quants == ()
+    assert plan_bench(quick=True, device="cuda", quant_rows="int4").quant_rows == ("int4",)
+    assert plan_bench(quick=True, quant="int4").quant_rows == ()  # every row is int4 already
+    off = plan_bench(quick=True, quant_rows="none", no_llamacpp=True)
+    assert off.quant_rows == () and not off.llamacpp
+    full = plan_bench()
+    assert full.quant_rows == () and not full.llamacpp and full.row_costs == 0

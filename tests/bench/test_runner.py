@@ -15,7 +15,7 @@ from frspec.decode.stats import GenerationStats
 from frspec.vocab.counting import count_tokens
 from frspec.vocab.token_map import TokenMap
 
-from conftest import CORPUS, VOCAB
+from tests.bench.conftest import CORPUS, VOCAB
 
 
 def _load(tiny_dirs, dtype=torch.float64):

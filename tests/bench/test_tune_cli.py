@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from frspec.bench.datasets import encode_prompt
-from frspec.bench.tune_measure import draft_ranks, draft_vocabs, reference_outputs
-from frspec.bench.tune_predict import acceptance
+from frspec.tune.measure import draft_ranks, draft_vocabs, reference_outputs
+from frspec.tune.predict import acceptance
 from frspec.cli import main
 from frspec.decode.decode_config import DecodeConfig
 from frspec.decode.factory import build_generator
@@ -22,7 +22,7 @@ from frspec.models.tokenizer import load_tokenizer
 from frspec.vocab.counting import count_tokens
 from frspec.vocab.token_map import TokenMap
 
-from conftest import CORPUS, VOCAB
+from tests.bench.conftest import CORPUS, VOCAB
 
 
 def test_replayed_acceptance_is_the_engines_in_fp64(tiny_dirs):

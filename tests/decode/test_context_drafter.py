@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from spec_tiny import hf_greedy, tiny_lm
 
 from frspec.decode.draft_model import DraftModelDrafter
 from frspec.decode.factory import build_generator
 from frspec.errors import FrspecError
 from frspec.vocab.context_vocab import ContextVocab
 from frspec.vocab.token_map import TokenMap
+
+from tests.decode.spec_tiny import hf_greedy, tiny_lm
 
 VOCAB = 256
 NEW = 24
@@ -61,9 +62,9 @@ def test_context_rows_need_a_map(setup):
 
 # --- every drafter of the engine: build_generator's context_rows, EAGLE heads, trees, fp32 ------------------------
 
-from eagle_tiny import mostly_bigram, oracle_eagle2_head, oracle_eagle3_head  # noqa: E402
-from spec_tiny import noisy_copy  # noqa: E402
-from test_engine_sampling import chi_square_pvalue, exact_marginals  # noqa: E402
+from tests.decode.eagle_tiny import mostly_bigram, oracle_eagle2_head, oracle_eagle3_head  # noqa: E402
+from tests.decode.spec_tiny import noisy_copy  # noqa: E402
+from tests.decode.test_engine_sampling import chi_square_pvalue, exact_marginals  # noqa: E402
 
 from frspec.decode.eagle_drafter import EagleDrafter  # noqa: E402
 from frspec.decode.sampling import SamplingParams  # noqa: E402
@@ -173,7 +174,7 @@ def test_sampled_q_is_zero_outside_the_active_rows(bigram, kind, shape, monkeypa
 def test_context_rows_sample_the_target_distribution():
     """Statistical check (chi-square per position, 1,000 runs, 16 tokens, p > 1e-3) that sampling through a
     context-aware drafter follows the target: the map holds half the vocabulary, the request rows the rest."""
-    import test_engine_sampling as sampling_tests
+    from tests.decode import test_engine_sampling as sampling_tests
 
     vocab = sampling_tests.VOCAB
     target = mostly_bigram(tiny_lm("llama", vocab, hidden=32, layers=1, seed=0, dtype=torch.float32), 0.3)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from spec_tiny import tiny_lm
 
 from frspec.errors import FrspecError
 from frspec.decode.draft_model import DraftModelDrafter
@@ -12,6 +11,8 @@ from frspec.decode.sampling import SamplingParams, logits_to_probs, make_generat
 from frspec.decode.tree_shape import TreeShape
 from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.token_map import TokenMap
+
+from tests.decode.spec_tiny import tiny_lm
 
 
 def pruned_vocab(weight, ids, bias=None) -> DraftVocab:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from spec_tiny import noisy_copy, tiny_lm
 
 from frspec.decode.kv_cache import cache_length, new_cache
 from frspec.decode.factory import build_generator
+from frspec.decode.step import decode_step, prefill, start_state
 from frspec.decode.sampling import SamplingParams
 from frspec.vocab.token_map import TokenMap
+
+from tests.decode.spec_tiny import noisy_copy, tiny_lm
 
 VOCAB = 256
 
@@ -29,12 +31,16 @@ def test_caches_match_a_fresh_forward_after_every_step(sampling):
     draft = noisy_copy(target, 0.05, seed=1)
     token_map = TokenMap(torch.randperm(VOCAB, generator=torch.Generator().manual_seed(0))[:160], VOCAB)
     generator = build_generator(target, draft, token_map, num_spec_tokens=4)
-    req = generator._start([7, 8, 9, 10], 40, sampling)
-    generator._prefill(req)
+    # The engine's own step functions, one at a time, so the caches can be read between steps.
+    generator.drafter.reset()
+    req = start_state(target, [7, 8, 9, 10], 40, sampling)
+    with torch.inference_mode():
+        prefill(target, generator.drafter, req, generator.hidden_layers)
     rejections = 0
     while req.length < 4 + 40 - 5:
         before = req.length
-        new = generator._step(req, 40).tokens
+        with torch.inference_mode():
+            new = decode_step(target, generator.drafter, req, generator.shape, generator.hidden_layers, 40).tokens
         rejections += len(new) < 5
         assert req.length == before + len(new)
         accepted = req.buf[:, : req.length]

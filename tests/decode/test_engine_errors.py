@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from spec_tiny import tiny_lm, tiny_tokenizer
 
 from frspec.errors import FrspecError
 from frspec.decode.draft_model import DraftModelDrafter
@@ -12,6 +11,8 @@ from frspec.decode.engine import SpeculativeGenerator
 from frspec.decode.factory import build_generator
 from frspec.decode.sampling import SamplingParams
 from frspec.vocab.token_map import TokenMap
+
+from tests.decode.spec_tiny import tiny_lm, tiny_tokenizer
 
 VOCAB = 128
 

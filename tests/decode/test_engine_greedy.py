@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from spec_tiny import hf_greedy, noisy_copy, tiny_lm
 
 from frspec.decode.factory import build_generator
 from frspec.vocab.token_map import TokenMap
+
+from tests.decode.spec_tiny import hf_greedy, noisy_copy, tiny_lm
 
 VOCAB = 256
 NEW = 16

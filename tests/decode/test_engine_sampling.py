@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from spec_tiny import noisy_copy, sharpen, tiny_lm
 
 import frspec.decode.verify as verify
 from frspec.decode.factory import build_generator
 from frspec.decode.sampling import SamplingParams, logits_to_probs
 from frspec.vocab.token_map import TokenMap
+
+from tests.decode.spec_tiny import noisy_copy, sharpen, tiny_lm
 
 VOCAB = 16
 PROMPT = [3, 1, 4]

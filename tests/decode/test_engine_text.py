@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from spec_tiny import TOKENIZER_VOCAB, tiny_lm, tiny_tokenizer
 
 from frspec.decode.factory import build_generator
 from frspec.decode.stopping import TextTracker, default_eos_ids
+
+from tests.decode.spec_tiny import TOKENIZER_VOCAB, tiny_lm, tiny_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -7,21 +7,23 @@ from itertools import zip_longest
 
 import pytest
 import torch
-from eagle_tiny import mostly_bigram, oracle_eagle2_checkpoint, oracle_eagle2_head, oracle_eagle3_head
 from safetensors.torch import save_file
-from spec_tiny import hf_greedy, noisy_copy, sharpen, tiny_lm, tiny_tokenizer
-from test_engine_sampling import chi_square_pvalue, exact_marginals
 
 import frspec.decode.step as step
 from frspec import cli
 from frspec.errors import FrspecError
 from frspec.decode.kv_cache import cache_length, new_cache
 from frspec.decode.factory import build_generator
+from frspec.decode.step import decode_step, prefill, start_state
 from frspec.decode.sampling import SamplingParams, sample
 from frspec.decode.stats import GenerationStats
 from frspec.decode.tree_shape import TreeShape
 from frspec.decode.verify import verify as verify_tree
 from frspec.vocab.token_map import TokenMap
+
+from tests.decode.eagle_tiny import mostly_bigram, oracle_eagle2_checkpoint, oracle_eagle2_head, oracle_eagle3_head
+from tests.decode.spec_tiny import hf_greedy, noisy_copy, sharpen, tiny_lm, tiny_tokenizer
+from tests.decode.test_engine_sampling import chi_square_pvalue, exact_marginals
 
 VOCAB = 256
 PROMPT = [5, 17, 99, 3, 42, 8]
@@ -138,13 +140,17 @@ def test_caches_after_tree_steps_equal_fresh_forwards(kind, sampling):
     generator = build_generator(target, tree=SHAPES["static"], **drafter_args(kind, target))
     calls = []
     hook = target.register_forward_hook(lambda *a: calls.append(1))
-    req = generator._start(PROMPT, 40, sampling)
-    generator._prefill(req)
+    # The engine's own step functions, one at a time, so the caches can be read between steps.
+    generator.drafter.reset()
+    req = start_state(target, PROMPT, 40, sampling)
+    with torch.inference_mode():
+        prefill(target, generator.drafter, req, generator.hidden_layers)
     assert len(calls) == 1
     rejections = 0
     while req.length < len(PROMPT) + 30:
         before = len(calls)
-        new = generator._step(req, 40).tokens
+        with torch.inference_mode():
+            new = decode_step(target, generator.drafter, req, generator.shape, generator.hidden_layers, 40).tokens
         # One target forward per step: the head's hidden states come with the verification forward.
         assert len(calls) == before + 1
         rejections += len(new) < 3

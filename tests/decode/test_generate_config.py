@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from spec_tiny import save_tiny_pair
 
 from frspec import cli
 from frspec.decode.decode_config import DecodeConfig
 from frspec.vocab.token_map import TokenMap
+
+from tests.decode.spec_tiny import save_tiny_pair
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from spec_tiny import TOKENIZER_VOCAB, save_tiny_pair
 
 from frspec import cli
 from frspec.vocab.token_map import TokenMap
+
+from tests.decode.spec_tiny import TOKENIZER_VOCAB, save_tiny_pair
 
 
 @pytest.fixture(scope="module")

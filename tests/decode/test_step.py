@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from spec_tiny import TOKENIZER_VOCAB, hf_greedy, noisy_copy, tiny_lm, tiny_tokenizer
 
 import frspec.decode.kv_cache as kv_cache
 from frspec.decode.draft_model import DraftModelDrafter
 from frspec.decode.factory import build_generator
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
+
+from tests.decode.spec_tiny import TOKENIZER_VOCAB, hf_greedy, noisy_copy, tiny_lm, tiny_tokenizer
 
 VOCAB = 64
 PROMPT = [3, 1, 4, 1, 5]
@@ -121,7 +122,7 @@ def test_keep_path_gathers_only_plain_full_attention_layers():
 
 
 def test_an_eagle_head_needs_an_attention_that_applies_tree_masks():
-    from eagle_tiny import mostly_bigram, oracle_eagle2_head
+    from tests.decode.eagle_tiny import mostly_bigram, oracle_eagle2_head
 
     target = mostly_bigram(tiny_lm("llama", VOCAB, seed=0))
     head = oracle_eagle2_head(target)

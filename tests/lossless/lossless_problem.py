@@ -22,11 +22,12 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from decode_adapter import SamplingParams
 from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.token_map import TokenMap
 
-from lossless_reference import joint_two_tokens, reference_probs
+from tests.lossless.decode_adapter import SamplingParams
+from tests.lossless.lossless_reference import joint_two_tokens, reference_probs
+
 
 V = 10
 DEPTHS = 3  # table rows for nodes at depth 0 (root), 1 and 2

@@ -7,10 +7,10 @@ import os
 import numpy as np
 import torch
 
-import decode_adapter as dec
-from decode_adapter import TreeShape
-from lossless_power import samples_for_tv
-from lossless_problem import PARAMS, ROOT, V, Problem
+from tests.lossless import decode_adapter as dec
+from tests.lossless.decode_adapter import TreeShape
+from tests.lossless.lossless_power import samples_for_tv
+from tests.lossless.lossless_problem import PARAMS, ROOT, V, Problem
 
 SHAPES = {
     "chain": TreeShape.chain(2),

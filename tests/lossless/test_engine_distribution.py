@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 import torch
 
-from eagle_tiny import mostly_bigram, oracle_eagle3_head
-from spec_tiny import noisy_copy, sharpen, tiny_lm
-
-from decode_adapter import SamplingParams, TreeShape, build_generator
 from frspec.vocab.token_map import TokenMap
-from lossless_power import check_distribution
-from lossless_reference import reference_probs
-from lossless_sampling import SCALE
+
+from tests.decode.eagle_tiny import mostly_bigram, oracle_eagle3_head
+from tests.decode.spec_tiny import noisy_copy, sharpen, tiny_lm
+from tests.lossless.decode_adapter import SamplingParams, TreeShape, build_generator
+from tests.lossless.lossless_power import check_distribution
+from tests.lossless.lossless_reference import reference_probs
+from tests.lossless.lossless_sampling import SCALE
 
 V = 16
 PROMPT = [3, 9, 1]

@@ -13,11 +13,11 @@ import multiprocessing as mp
 import pytest
 import torch
 
-from eagle_tiny import mostly_bigram, oracle_eagle2_head, oracle_eagle3_head
-from spec_tiny import hf_greedy, noisy_copy, tiny_lm
-
-from decode_adapter import TreeShape, build_generator
 from frspec.vocab.token_map import TokenMap
+
+from tests.decode.eagle_tiny import mostly_bigram, oracle_eagle2_head, oracle_eagle3_head
+from tests.decode.spec_tiny import hf_greedy, noisy_copy, tiny_lm
+from tests.lossless.decode_adapter import TreeShape, build_generator
 
 VOCAB = 128
 PROMPTS = 100

@@ -4,7 +4,7 @@ stated TV at least POWER of the time, and rejects the true law about ALPHA of th
 import numpy as np
 import pytest
 
-from lossless_power import (
+from tests.lossless.lossless_power import (
     ALPHA, POWER, DistributionMismatch, check_distribution, chi_square_pvalue, detectable_tv, samples_for_tv,
 )
 

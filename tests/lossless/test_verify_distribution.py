@@ -26,11 +26,11 @@ import numpy as np
 import pytest
 import torch
 
-import decode_adapter as dec
-from decode_adapter import logits_to_probs
-from lossless_power import DistributionMismatch, check_distribution
-from lossless_problem import DEPTHS, PARAMS, V, VARIANTS, make_problem
-from lossless_sampling import SCALE, SHAPES, count_first_two, sample_size
+from tests.lossless import decode_adapter as dec
+from tests.lossless.decode_adapter import logits_to_probs
+from tests.lossless.lossless_power import DistributionMismatch, check_distribution
+from tests.lossless.lossless_problem import DEPTHS, PARAMS, V, VARIANTS, make_problem
+from tests.lossless.lossless_sampling import SCALE, SHAPES, count_first_two, sample_size
 
 DETECTED_TV = 0.01  # the total variation every positive test below detects (power 0.9, alpha 1e-3)
 CONTROL_SAMPLES = 40_000

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tiny_gguf_models import write_tiny_gguf
 from transformers import Qwen2ForCausalLM
+
+from tests.models.tiny_gguf_models import write_tiny_gguf
 
 
 @pytest.fixture

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_gguf_models import logits
 
 from frspec.errors import FrspecError
 from frspec.models import cache, defaults
 from frspec.models.defaults import DEFAULT_MODELS, ROLES, DefaultModel, default_model, prepare_default_models
 from frspec.models.loading import load_model
+
+from tests.models.tiny_gguf_models import logits
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -5,14 +5,6 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from eagle_layouts import (
-    HEADS,
-    KV_HEADS,
-    eagle2_tensors,
-    eagle3_tensors,
-    head_config,
-    write_checkpoint,
-)
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from frspec.errors import FrspecError
@@ -20,6 +12,15 @@ from frspec.models.eagle import Eagle2Head, Eagle3Head
 from frspec.models.eagle_loading import load_eagle_head
 from frspec.decode.token_tree import TokenTree
 from frspec.vocab.token_map import TokenMap
+
+from tests.models.eagle_layouts import (
+    HEADS,
+    KV_HEADS,
+    eagle2_tensors,
+    eagle3_tensors,
+    head_config,
+    write_checkpoint,
+)
 
 H, VOCAB, TARGET_LAYERS = 32, 128, 4
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType as T
-from tiny_gguf_models import gguf_name, tiny_vocab
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from frspec.errors import FrspecError
@@ -16,6 +15,8 @@ from frspec.models import gguf_quant, quant_cache
 from frspec.models.gguf_quant import hf_linear_name, int4_from_q4_k
 from frspec.models.loading import load_model
 from frspec.models.quant import Int4Linear, Int8Linear
+
+from tests.models.tiny_gguf_models import gguf_name, tiny_vocab
 
 HIDDEN, FFN, LAYERS = 256, 512, 2
 

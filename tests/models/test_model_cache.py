@@ -6,13 +6,14 @@ import json
 
 import pytest
 import torch
-from tiny_gguf_models import logits, write_tiny_gguf
 from transformers import AutoTokenizer
 
 from frspec.errors import FrspecError
 from frspec.models import cache
 from frspec.models.cache import MARKER, gguf_entry, gguf_identity, is_valid_entry, list_entries
 from frspec.models.loading import load_model, resolve_model_dir
+
+from tests.models.tiny_gguf_models import logits, write_tiny_gguf
 
 
 @pytest.fixture

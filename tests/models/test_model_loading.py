@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_gguf_models import logits, tiny_qwen2
 
 from frspec.errors import FrspecError
 from frspec.models import loading
@@ -17,6 +16,8 @@ from frspec.models.loading import (
     set_threads,
     vocab_size_of,
 )
+
+from tests.models.tiny_gguf_models import logits, tiny_qwen2
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ greedy speculative decoding with quantized targets and drafts equal to the quant
 from __future__ import annotations
 
 import copy
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,8 +16,7 @@ from frspec.models.quant import (
     quantize_linear, quantize_model,
 )
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "decode"))
-from spec_tiny import hf_greedy, noisy_copy, tiny_lm  # noqa: E402
+from tests.decode.spec_tiny import hf_greedy, noisy_copy, tiny_lm
 
 
 def _linear(n, k, bias=True, seed=0, dtype=torch.float32):

@@ -295,8 +295,8 @@ def _head(ws, t: Path, config: bytes | None = None, cut: bool = False, hidden: i
     if hidden is not None or vocab_extra:
         import torch
 
-        from eagle_tiny import oracle_eagle2_checkpoint
-        from spec_tiny import tiny_lm
+        from tests.decode.eagle_tiny import oracle_eagle2_checkpoint
+        from tests.decode.spec_tiny import tiny_lm
         from safetensors.torch import save_file
 
         cfg, state = oracle_eagle2_checkpoint(tiny_lm("llama", ws.vocab + vocab_extra, hidden=hidden or 32, seed=0,
@@ -310,18 +310,14 @@ ROWS = _rows()
 
 
 def markdown_table() -> str:
-    """The table of docs/reliability.md, from running every row (`python tests/reliability/bad_inputs.py`)."""
+    """The table of docs/reliability.md, from running every row (`python -m tests.reliability.bad_inputs`, from the repository root)."""
     import os
     import re as _re
-    import sys
     import tempfile
 
-    here = Path(__file__).resolve().parent
-    shared = [here.parent / d for d in ("decode", "spec", "models") if (here.parent / d).is_dir()]
-    sys.path[:0] = [str(here)] + [str(d) for d in shared]
     os.environ["FRSPEC_CACHE"] = tempfile.mkdtemp()
-    from conftest import Workspace
-    from test_bad_inputs import run_cli
+    from tests.reliability.conftest import Workspace
+    from tests.reliability.test_bad_inputs import run_cli
 
     root = Path(tempfile.mkdtemp())
     ws = Workspace(root / "ws")

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-# Reused helpers: tiny models and heads (tests/spec until the decode redesign, tests/decode after it), tiny GGUFs.
-for _shared in ("decode", "spec", "models"):
-    if (Path(__file__).resolve().parents[1] / _shared).is_dir():
-        sys.path.append(str(Path(__file__).resolve().parents[1] / _shared))
-
-from eagle_tiny import oracle_eagle2_checkpoint  # noqa: E402
-from spec_tiny import tiny_lm, tiny_tokenizer  # noqa: E402
-from tiny_gguf_models import write_tiny_gguf  # noqa: E402
+from tests.decode.eagle_tiny import oracle_eagle2_checkpoint
+from tests.decode.spec_tiny import tiny_lm, tiny_tokenizer
+from tests.models.tiny_gguf_models import write_tiny_gguf
 
 
 class Workspace:

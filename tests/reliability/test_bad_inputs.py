@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bad_inputs import ROWS
 from frspec.cli import main
+
+from tests.reliability.bad_inputs import ROWS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
 

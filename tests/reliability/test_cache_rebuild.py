@@ -9,7 +9,7 @@ import json
 import pytest
 
 from frspec.models.cache import list_entries
-from test_bad_inputs import run_cli
+from tests.reliability.test_bad_inputs import run_cli
 
 
 def _generate(ws) -> list[int]:

@@ -7,12 +7,13 @@ import copy
 import pytest
 import torch
 
-import eagle_tiny
 from frspec.errors import FrspecError
 from frspec.models.eagle_loading import build_head
 from frspec.models.loading import check_context_length, max_positions_of
 from frspec.vocab.token_map import TokenMap
-from spec_tiny import tiny_lm
+
+from tests.decode import eagle_tiny
+from tests.decode.spec_tiny import tiny_lm
 
 # --- EAGLE-3 configs -------------------------------------------------------------------------------------------------
 

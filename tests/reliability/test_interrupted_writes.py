@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import frspec.io
-from bad_inputs import bench, build_map, count
-from test_bad_inputs import leftovers, run_cli
+from tests.reliability.bad_inputs import bench, build_map, count
+from tests.reliability.test_bad_inputs import leftovers, run_cli
 
 COMMANDS = {
     "vocab count": lambda ws, t: (count(ws, ws.text, t / "c.safetensors"), t / "c.safetensors"),

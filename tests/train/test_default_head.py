@@ -4,11 +4,12 @@
 import pytest
 import torch
 from safetensors.torch import load_file
-from train_tiny import save_target_dir, write_chats
 
 from frspec.bench.eagle_heads import resolve_eagle_head
 from frspec.cli import main
 from frspec.train import default_head
+
+from tests.train.train_tiny import save_target_dir, write_chats
 
 TINY_RECIPE = dict(assistant_only=True, max_tokens=3000, max_seq_len=256, epochs=2, lr=3e-3, batch_tokens=400,
                    loss_vocab=32, token_loss_weight=0.1, unroll=2, seed=0, eval_every=5)

@@ -3,11 +3,12 @@
 import pytest
 import torch
 from safetensors.torch import load_file
-from train_tiny import tiny_target, tiny_tokenizer, write_chats
 
 from frspec.errors import FrspecError
 from frspec.train.dataset import FeatureDataset
 from frspec.train.features import CollectOptions, collect_features
+
+from tests.train.train_tiny import tiny_target, tiny_tokenizer, write_chats
 
 
 def collect(tmp_path, out, max_tokens=None, **kw):

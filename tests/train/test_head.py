@@ -4,11 +4,12 @@ import json
 
 import pytest
 import torch
-from train_tiny import tiny_target
 
 from frspec.models.eagle import Eagle2Head
 from frspec.models.eagle_loading import load_eagle_head
 from frspec.train.head import new_head, save_head
+
+from tests.train.train_tiny import tiny_target
 
 
 @pytest.mark.parametrize("family", ["qwen2", "llama"])

@@ -2,12 +2,13 @@
 way equal a plain forward over prompt + reply."""
 
 import torch
-from train_tiny import tiny_target, tiny_tokenizer, write_chats
 
 from frspec.decode.stopping import default_eos_ids
 from frspec.train.dataset import FeatureDataset
 from frspec.train.features import CollectOptions, collect_features, target_features
 from frspec.train.regenerate import first_exchange, generate_with_features
+
+from tests.train.train_tiny import tiny_target, tiny_tokenizer, write_chats
 
 EOT = 3  # <|im_end|> in the tiny tokenizer
 

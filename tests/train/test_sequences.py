@@ -1,10 +1,11 @@
 """Training sequences: chats are masked to what the model generates, text is trained whole, documents are cut."""
 
 import torch
-from train_tiny import tiny_tokenizer
 
 from frspec.train.sequences import chat_segments, document_sequence
 from frspec.vocab.chat import ChatRenderer
+
+from tests.train.train_tiny import tiny_tokenizer
 
 CHAT = [{"role": "user", "content": "hi cat"}, {"role": "assistant", "content": "the dog"},
         {"role": "user", "content": "ok"}, {"role": "assistant", "content": "a mat"}]

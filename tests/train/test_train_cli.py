@@ -5,11 +5,12 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
-from train_tiny import save_target_dir, write_chats
 
 from frspec.cli import main
 from frspec.models.eagle_loading import load_eagle_head
 from frspec.models.loading import load_model
+
+from tests.train.train_tiny import save_target_dir, write_chats
 
 
 @pytest.fixture(scope="module")

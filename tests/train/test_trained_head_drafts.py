@@ -1,10 +1,7 @@
 """A head written by the trainer drafts through the engine, and greedy decoding stays exactly the target's."""
 
-import inspect
-
 import pytest
 import torch
-from train_tiny import tiny_target, tiny_tokenizer, write_chats
 
 from frspec.decode import factory as engine
 from frspec.decode.tree_shape import TreeShape
@@ -13,8 +10,7 @@ from frspec.train.features import CollectOptions, collect_features
 from frspec.train.head import new_head, save_head
 from frspec.train.trainer import TrainConfig, train_head
 
-pytestmark = pytest.mark.skipif("eagle" not in inspect.signature(engine.build_generator).parameters,
-                                reason="the engine has no EAGLE drafting yet")
+from tests.train.train_tiny import tiny_target, tiny_tokenizer, write_chats
 
 
 def drafted(target, head_dir):

@@ -2,13 +2,14 @@
 
 import pytest
 import torch
-from train_tiny import tiny_target, tiny_tokenizer, write_chats
 
 from frspec.errors import FrspecError
 from frspec.train.dataset import FeatureDataset, epoch_batches, loss_vocab_ids
 from frspec.train.features import CollectOptions, collect_features
 from frspec.train.head import new_head, trainable_state
 from frspec.train.trainer import TrainConfig, evaluate, train_head
+
+from tests.train.train_tiny import tiny_target, tiny_tokenizer, write_chats
 
 CONFIG = TrainConfig(epochs=3, lr=3e-3, batch_tokens=400, loss_vocab=32, warmup_steps=3, eval_every=5,
                      checkpoint_every=4)

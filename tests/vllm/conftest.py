@@ -9,15 +9,9 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ.pop("FRSPEC_TOKEN_MAP", None)
 os.environ.pop("FRSPEC_TOKEN_MAP_FORMAT", None)
 
-import sys
-from pathlib import Path
-
 import pytest
 
-# vllm_tiny reuses the engine tests' tiny-model helpers (spec_tiny): appended, so this folder's modules win.
-sys.path.append(str(Path(__file__).resolve().parents[1] / "decode"))
-
-from vllm_tiny import build_models  # noqa: E402
+from tests.vllm.vllm_tiny import build_models
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from vllm_tiny import PROMPTS, hf_greedy
+from tests.vllm.vllm_tiny import PROMPTS, hf_greedy
 
 STARTUP_S = 400
 NEW_TOKENS = 16

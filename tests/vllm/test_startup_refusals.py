@@ -2,9 +2,10 @@
 engine starts (so before any request)."""
 
 import pytest
-from vllm_tiny import start_llm, stop_llm
 
 from frspec.errors import FrspecError
+
+from tests.vllm.vllm_tiny import start_llm, stop_llm
 
 
 def _spec(tiny):

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from vllm_tiny import PROMPTS, VOCAB, hf_greedy
 
 from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.token_map import TokenMap
+
+from tests.vllm.vllm_tiny import PROMPTS, VOCAB, hf_greedy
 
 # Map ids on both ranks' shards: vLLM pads the 96-row head to 128 and gives rank 0 rows [0, 64), rank 1 [64, 96).
 MAP_IDS = list(range(4, 44)) + [90, 70, 81]

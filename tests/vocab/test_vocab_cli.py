@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from vocab_helpers import sharegpt, write_jsonl
 
 from frspec.cli import main
+
+from tests.vocab.vocab_helpers import sharegpt, write_jsonl
 
 
 def run(capsys, *argv):

@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from vocab_helpers import sharegpt, write_jsonl
 
 from frspec.errors import FrspecError
 from frspec.vocab import corpus as corpus_module
 from frspec.vocab.corpus import Corpus, expand_inputs
+
+from tests.vocab.vocab_helpers import sharegpt, write_jsonl
 
 
 def test_expand_files_dirs_and_globs(tmp_path):

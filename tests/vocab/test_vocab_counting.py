@@ -6,12 +6,13 @@ import json
 
 import pytest
 import torch
-from vocab_helpers import sharegpt, write_jsonl
 
 from frspec.errors import FrspecError
 from frspec.vocab import counting
 from frspec.vocab.counting import count_corpus, count_tokens
 from frspec.vocab.counts import TokenCounts, merge_counts
+
+from tests.vocab.vocab_helpers import sharegpt, write_jsonl
 
 TEXTS = ["the quick brown fox", "hello world, hello tokens", "def add(a, b):\n    return a + b\n"]
 

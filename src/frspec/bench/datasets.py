@@ -135,6 +135,13 @@ def load_prompts(dataset: str | os.PathLike | None = None, field: str = "prompt"
     return load_jsonl(dataset, field, num_prompts)
 
 
+def select_prompts(dataset: str | os.PathLike | None, field: str, num_prompts: int, exact: bool) -> list[Prompt]:
+    """`num_prompts` prompts of `dataset`, spread evenly over its categories. A preset's count (exact=False) is
+    capped at what a small dataset has; an explicit count larger than the dataset is an error."""
+    prompts = load_prompts(dataset, field)
+    return even_spread(prompts, num_prompts if exact else min(num_prompts, len(prompts)))
+
+
 def encode_prompt(tokenizer: Any, prompt: str | Prompt) -> list[int]:
     """Token ids of a prompt (a `Prompt`, its earlier turns included, or a plain text as a single user turn) with
     the tokenizer's chat template and the assistant prefix.

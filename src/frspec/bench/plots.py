@@ -89,7 +89,7 @@ def plot_vs_map_size(
 
 def plot_row_costs(curves: Mapping[str, Mapping[int, float]], path: str | os.PathLike, title: str | None = None
                    ) -> Path:
-    """The target's forward cost against rows (bench/row_costs.py), one line per variant ("bf16", "int4"), written
+    """The target's forward cost against rows (tune/cost_model.py), one line per variant ("bf16", "int4"), written
     to `path` atomically: where verifying k drafts (k + 1 rows) stops costing about one forward."""
     import matplotlib
 

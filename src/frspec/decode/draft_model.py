@@ -36,10 +36,11 @@ class DraftModelDrafter(Drafter):
     """
 
     def __init__(self, model: torch.nn.Module, token_map: TokenMap | None = None, context_rows: int = 0,
-                 context_budget: str = "fixed"):
+                 context_budget: str = "fixed", ranked: bool = False):
         """`context_rows` > 0 makes the vocabulary context-aware (vocab/context_vocab.py): besides the map's
         rows, up to that many rows for the request's prompt and generated tokens, within the map's k rows
-        (`context_budget="fixed"`) or added to them ("additive")."""
+        (`context_budget="fixed"`) or added to them ("additive"). `ranked`: the map is a frequency ranking and
+        the head serves every map size, chosen per step (vocab/ranked_vocab.py)."""
         super().__init__()
         _check_plain_logits(model)
         full_head = model.get_output_embeddings()
@@ -53,7 +54,7 @@ class DraftModelDrafter(Drafter):
             check_token_map(token_map, vocab_size, "the draft model")
         self.vocab = build_draft_vocab(full_head.weight, getattr(full_head, "bias", None), token_map,
                                        vocab_size=vocab_size, context_rows=context_rows,
-                                       context_budget=context_budget)
+                                       context_budget=context_budget, ranked=ranked)
         self.cache = new_cache(model)
 
     def check_shape(self, shape: TreeShape) -> None:

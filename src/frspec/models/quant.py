@@ -242,6 +242,8 @@ def quantize_drafter_head(drafter, quant: str | None, group_size: int = DEFAULT_
     vocab = getattr(drafter, "vocab", None)
     if parse_quant(quant) is None or vocab is None or hasattr(vocab, "begin_request"):
         return False
+    if hasattr(vocab, "set_size"):  # a RankedVocab: its row count changes per step, a packed head's cannot
+        raise FrspecError("a quantized draft head has one fixed map size: give --token-map-size N (not auto)")
     if getattr(drafter, "head", None) is not None or not isinstance(getattr(vocab, "head", None), nn.Linear):
         return False
     quantize_head(vocab, quant, group_size)

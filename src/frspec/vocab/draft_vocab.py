@@ -107,8 +107,11 @@ class DraftVocab(nn.Module):
         """True when a token map restricts the head (FR-Spec is active)."""
         return self.token_map is not None
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Scores [..., k] for hidden states [..., hidden]."""
+    def logits(self, hidden: torch.Tensor, k: int | None = None) -> torch.Tensor:
+        """Scores [..., k] for hidden states [..., hidden]. `k` may only name this vocabulary's own size: a head
+        that serves several sizes is a RankedVocab (vocab/ranked_vocab.py)."""
+        if k is not None and int(k) != self.size:
+            raise FrspecError(f"this draft vocabulary scores {self.size} rows, not {k}: rank the head to vary k")
         return self.head(hidden)
 
     forward = logits

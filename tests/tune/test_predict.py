@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from frspec.bench.tune_predict import (
+from frspec.tune.predict import (
     OUTSIDE, Candidate, Measurements, acceptance, candidates, cheap_rows, predict, rank_predictions, replay,
     to_confirm,
 )

@@ -1,7 +1,7 @@
 """What `frspec tune` measures on the calibration prompts: the target's greedy outputs, the rank of each output
 token among the draft's choices per token map, the draft's forward and LM-head costs, and the engine's per-step
-overhead (bench/tune_predict.py turns them into predictions; the target's cost against rows is
-bench/row_costs.py's measure_row_costs).
+overhead (tune/predict.py turns them into predictions; the target's cost against rows is
+tune/cost_model.py's measure_row_costs).
 
 Ranks come from one teacher-forced draft forward per prompt over the prompt and the target's output: on the path
 the target accepts, a drafter sees exactly those tokens, so its choices there are the teacher-forced ones (up to
@@ -16,8 +16,8 @@ from typing import Any, Sequence
 
 import torch
 
-from frspec.bench.row_costs import measure_row_costs
-from frspec.bench.tune_predict import MAX_RANK, OUTSIDE
+from frspec.tune.cost_model import measure_row_costs
+from frspec.tune.predict import MAX_RANK, OUTSIDE
 from frspec.decode.factory import build_generator
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.stats import GenerationStats

@@ -5,7 +5,8 @@ a short interleaved bench, and pick the measured best.
     result.pick                      # the Candidate the bench measured fastest
     comparison_rows(result)          # predicted against measured, one row per confirmed configuration
 
-Measuring is bench/tune_measure.py, predicting bench/tune_predict.py, the confirming bench bench/runner.py.
+Measuring is tune/measure.py, predicting tune/predict.py, the confirming bench bench/runner.py; the tables
+and the JSON record are tune/report.py.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from typing import Any, Callable, Sequence
 
 from frspec.bench.methods import DRAFT, FRSPEC, VANILLA, Method
 from frspec.bench.runner import BenchResult, run_benchmark
-from frspec.bench.tune_measure import (
+from frspec.tune.measure import (
     calibration_context, draft_base_costs, draft_ranks, draft_vocabs, engine_spec_run, head_costs,
     interleaved_row_costs, overheads, reference_outputs,
 )
-from frspec.bench.tune_predict import (
-    TREE_SHAPES, Candidate, Measurements, Prediction, candidates, cheap_rows, rank_predictions, to_confirm,
+from frspec.tune.predict import (
+    TREE_SHAPES, Candidate, Measurements, Prediction, candidates, rank_predictions, to_confirm,
 )
 from frspec.decode.stats import GenerationStats
 from frspec.vocab.token_map import TokenMap
@@ -151,45 +152,3 @@ def prediction_rows(result: TuneResult, limit: int | None = None) -> list[dict[s
             "predicted_tokens_per_s": p.tokens_per_s,
         })
     return rows
-
-
-def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def comparison_markdown(result: TuneResult) -> str:
-    lines = ["| config | predicted rank | tokens/step pred. | tokens/step meas. | tok/s pred. | tok/s meas. | "
-             "meas./pred. | vs vanilla |", "|---|---|---|---|---|---|---|---|"]
-    for r in comparison_rows(result):
-        name = f"**{r['config']}** (pick)" if r["picked"] else r["config"]
-        lines.append(
-            f"| {name} | {r['predicted_rank']} | {_fmt(r['predicted_tokens_per_step'], '.2f')} | "
-            f"{_fmt(r['measured_tokens_per_step'], '.2f')} | {_fmt(r['predicted_tokens_per_s'], '.2f')} | "
-            f"{_fmt(r['measured_tokens_per_s'], '.2f')} | {_fmt(r['measured_over_predicted'], '.2f')} | "
-            f"{_fmt(r['measured_speedup_vs_vanilla'], '.2f')}x |")
-    return "\n".join(lines)
-
-
-def predictions_markdown(result: TuneResult, limit: int = 12) -> str:
-    lines = ["| rank | config | tokens/step | acceptance per position | target ms | draft ms | step ms | tok/s |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in prediction_rows(result, limit):
-        acc = " ".join(f"{a:.2f}" for a in r["accepted_per_position"]) or "-"
-        lines.append(f"| {r['rank']} | {r['config']} | {r['tokens_per_step']:.2f} | {acc} | {r['target_ms']:.1f} | "
-                     f"{r['draft_ms']:.1f} | {r['step_ms']:.1f} | {r['predicted_tokens_per_s']:.2f} |")
-    return "\n".join(lines)
-
-
-def costs_markdown(result: TuneResult) -> str:
-    m = result.measurements
-    rows = ", ".join(f"{n}: {c * 1e3:.1f}" for n, c in sorted(m.target_costs.items()))
-    base = ", ".join(f"{n}: {c * 1e3:.1f}" for n, c in sorted(m.draft_base_costs.items()))
-    heads = "; ".join(f"{'full' if k is None else k}: {v[1] * 1e3:.2f}" for k, v in m.head_costs.items())
-    return "\n".join([
-        f"- target ms per forward by rows ({result.context}-token context): {rows}; cheap rows (<= 1.5x one row): "
-        f"1..{cheap_rows(m.target_costs)}",
-        f"- draft ms per forward without its LM head, by rows: {base}",
-        f"- draft LM head ms for one row, by map size: {heads}",
-        f"- overheads ms: per speculative step {m.step_overhead_s * 1e3:.1f}, per draft forward "
-        f"{m.draft_forward_overhead_s * 1e3:.1f}, per vanilla step {m.vanilla_overhead_s * 1e3:.1f}",
-    ])
