@@ -21,7 +21,7 @@ Formats: bf16 (F.linear), and int8 / int4 (group 32) through the project's own w
 (models/quant.py, models/quant_kernels.py), body and head alike. RoPE, embedding lookups and the sampler are left
 out (small next to these matmuls). The pruned heads are the first k rows of the full head, as a gathered copy is.
 
-Predicted speedup (`--predict`, MTP drafters only): the chain model of bench/row_costs.py and bench/tune_predict.py,
+Predicted speedup (MTP drafters only; --no-predict skips it): the chain model of tune/cost_model.py (and tune/predict.py),
 a step of k drafts costing target(k + 1) + k * (body(1) + head(1)) and yielding (1 - a^(k+1)) / (1 - a) tokens at
 per-draft acceptance a, the best k in 1..4. The target is not timed whole (a 27B or 671B model does not fit here):
 target(n) = layers x the timed decoder layer at n rows + the full head at n rows (64 layers for Qwen3.5-27B, 61 for
@@ -329,7 +329,7 @@ def measure(shape: Shape, fmt: str, rows: list[int], predict_rows: list[int], re
 
 def predictions(shape: Shape, m: dict) -> dict:
     """Best chain length and speedup over plain decoding for each head and acceptance rate (module docstring)."""
-    from frspec.bench.row_costs import expected_tokens
+    from frspec.tune.cost_model import expected_tokens
 
     full = str(shape.vocab)
     target = {n: shape.target_layers * m["layer"][n] + m["head"][full][n] for n in m["layer"]}

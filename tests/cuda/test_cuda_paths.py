@@ -5,25 +5,21 @@ CUDA dispatch. Tiny models built in-process, fp32 (TF32 off) so greedy identity 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "decode"))
-from eagle_tiny import mostly_bigram  # noqa: E402
-from spec_tiny import noisy_copy, sharpen, tiny_lm  # noqa: E402
-from test_engine_sampling import chi_square_pvalue, exact_marginals, map_without_top_tokens  # noqa: E402
-from test_engine_trees import KINDS, SHAPES, drafter_args  # noqa: E402
-
-import frspec.decode.verify as verify  # noqa: E402
-from frspec.decode.factory import build_generator  # noqa: E402
-from frspec.decode.sampling import SamplingParams  # noqa: E402
-from frspec.models import quant_kernels as K  # noqa: E402
-from frspec.models.quant import Int4Linear, Int8Linear, quantize_int4, quantize_int8, quantize_linear  # noqa: E402
-from frspec.models.quant import quantize_drafter_head, quantize_model  # noqa: E402
+import frspec.decode.verify as verify
+from frspec.decode.factory import build_generator
+from frspec.decode.sampling import SamplingParams
+from frspec.models import quant_kernels as K
+from frspec.models.quant import Int4Linear, Int8Linear, quantize_int4, quantize_int8, quantize_linear
+from frspec.models.quant import quantize_drafter_head, quantize_model
+from tests.decode.eagle_tiny import mostly_bigram
+from tests.decode.spec_tiny import noisy_copy, sharpen, tiny_lm
+from tests.decode.test_engine_sampling import chi_square_pvalue, exact_marginals, map_without_top_tokens
+from tests.decode.test_engine_trees import KINDS, SHAPES, drafter_args
 
 # FRSPEC_CUDA_TESTS_DEVICE=cpu dry-runs this file on a machine without CUDA (the kernels then are the CPU ones).
 DEV = torch.device(os.environ.get("FRSPEC_CUDA_TESTS_DEVICE", "cuda"))
