@@ -384,14 +384,22 @@ def table(results: dict, rows: list[int]) -> str:
 
 
 def prediction_table(preds: dict) -> str:
-    lines = ["| drafter | format | head rows | acceptance (source) | best k | predicted speedup vs no drafting |",
-             "|---|---|---|---|---|---|"]
-    for name, per_fmt in preds.items():
-        for fmt, p in per_fmt.items():
-            for key, v in p.items():
-                size, label = key.split("|")
-                lines.append(f"| {name} | {fmt} | {int(size):,} | {ACCEPTANCE[label]:.3f} ({label}) | {v['k']} | "
-                             f"{v['speedup']:.2f}x |")
+    """Markdown: predicted speedup over decoding without drafts (best chain length k in brackets) per drafter and
+    format, for each head at each acceptance rate of ACCEPTANCE."""
+    labels = list(ACCEPTANCE)
+    lines = []
+    for label in labels:
+        a = ACCEPTANCE[label]
+        if not lines:
+            lines = ["| drafter | format | acceptance a | full head | 64k | 32k | 16k |", "|---|---|---|---|---|---|---|"]
+        for name, per_fmt in preds.items():
+            vocab = SHAPES[name].vocab
+            for fmt, p in per_fmt.items():
+                cells = []
+                for size in (vocab, *MAP_SIZES):
+                    v = p.get(f"{size}|{label}")
+                    cells.append(f"{v['speedup']:.2f}x (k={v['k']})" if v else "-")
+                lines.append(f"| {name} | {fmt} | {a:.3f} ({label}) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

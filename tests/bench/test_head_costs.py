@@ -27,7 +27,7 @@ def test_head_costs_runs_and_predicts(tmp_path, monkeypatch):
     assert len(preds) == 4 * len(head_costs.ACCEPTANCE)
     assert all(1 <= p["k"] <= 4 and p["speedup"] > 0 for p in preds.values())
     table = (tmp_path / "head_costs.md").read_text()
-    assert "| tiny-mtp | int4 | 4 |" in table and "predicted speedup" in table
+    assert "| tiny-mtp | int4 | 4 |" in table and "| acceptance a | full head | 64k | 32k | 16k |" in table
     assert data["machine"]["cpu"] and "load_average_after" in data["machine"]
 
 
