@@ -12,8 +12,9 @@ Drafters timed (one step = the drafter's body over n rows after a 128-token cach
     deepseek-v3-mtp   DeepSeek-V3's MTP block: enorm/hnorm, `eh_proj` (2x7168 -> 7168), one MLA layer (q_lora 1536,
                       kv_lora 512, 128 heads of 128+64 / 128) and its MoE: the router, the shared expert and 8 routed
                       experts (2048 wide) per row, every row's 8 experts assumed distinct (the worst case, up to 256),
-                      cycled through a pool of 16 allocated experts (1.4 GB in bf16: more than any last-level cache,
-                      so each expert streams from DRAM as a distinct one would); then the 129,280 x 7,168 head.
+                      cycled through a pool of 32 allocated experts (2.8 GB in bf16, 0.7 GB in int4: more than the
+                      last-level cache, so each expert streams from DRAM as a distinct one would); then the
+                      129,280 x 7,168 head.
     gemma-3-1b        Gemma-3-1B as a draft model: 26 layers (4 query heads, 1 KV head, head_dim 256, gated GELU MLP
                       6,912) and the tied 262,144 x 1,152 head.
 
@@ -123,7 +124,7 @@ class MLALayer(nn.Module):
     """DeepSeek-V3's layer: multi-head latent attention (expanded K/V cached for CONTEXT positions) and its MoE."""
 
     def __init__(self, device, hidden=7168, heads=128, q_lora=1536, kv_lora=512, nope=128, rope=64, v_dim=128,
-                 expert_inter=2048, experts=256, top_k=8, pool=16):
+                 expert_inter=2048, experts=256, top_k=8, pool=32):
         super().__init__()
         self.heads, self.kv_lora, self.nope, self.rope, self.v_dim = heads, kv_lora, nope, rope, v_dim
         self.top_k, self.experts = top_k, experts
