@@ -22,10 +22,7 @@ from tqdm.auto import tqdm
 
 from frspec.bench.methods import LLAMACPP, VANILLA, Method
 from frspec.models.eagle import EagleHead
-from frspec.decode.eagle_drafter import EagleDrafter
 from frspec.decode.sampling import SamplingParams
-from frspec.decode.step_costs import StepCosts
-from frspec.models.quant import quantize_drafter_head
 from frspec.vocab.token_map import TokenMap
 
 
@@ -123,7 +120,7 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
     """One generator per method. Methods with the same drafter and map share one drafter (and so one pruned
     LM-head copy): they run one after another, and a drafter resets its state for every request. A quantized
     row's drafter head (full or pruned) is quantized like its draft, or as quant_draft_heads[quant] says."""
-    from frspec.decode.factory import build_generator
+    from frspec.decode.factory import build_drafter, build_generator
     from frspec.decode.stopping import default_eos_ids
 
     drafters = {}  # (uses EAGLE, map size, context rows, context budget, quant) -> drafter
@@ -144,15 +141,14 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
             raise ValueError(f"method {m.label} needs a draft model")
         ranked = _ranked_drafter(m, methods, token_maps, draft_head_quant)
         if ranked is not None:
-            # Auto rows, and static rows whose map is a prefix of the auto row's ranking: one frequency-ranked
-            # head (vocab/ranked_vocab.py) serves them all, each static row at its size, the auto row choosing.
+            # Auto rows, and static rows whose map holds the first ids of the auto row's ranking: one
+            # frequency-ranked head (vocab/ranked_vocab.py) serves them all, each static row at its size (set per
+            # request), the auto row choosing per step. Its head stays float (a packed head has one size).
             ranked_key = ("ranked", m.uses_eagle, ranked.token_map_size)
             if ranked_key not in drafters:
-                drafters[ranked_key] = build_generator(
+                drafters[ranked_key] = build_drafter(
                     m_target, draft=None if m.uses_eagle else m_draft, eagle=eagle if m.uses_eagle else None,
-                    token_map=token_maps[ranked.token_map_size], token_map_size="auto", num_spec_tokens=1,
-                    tokenizer=tokenizer, costs=_NO_COSTS,
-                ).drafter
+                    token_map=token_maps[ranked.token_map_size], tokenizer=tokenizer, token_map_size="auto")
             drafter = drafters[ranked_key]
             if m.auto:
                 generators[m] = build_generator(
@@ -166,24 +162,17 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
         key = (m.uses_eagle, m.token_map_size, m.context_rows, m.context_budget, m.quant)
         if key not in drafters:
             token_map = token_maps[m.token_map_size] if m.token_map_size is not None else None
-            # build_generator runs the vocabulary and tokenizer checks before the DraftVocab copies any rows.
-            drafters[key] = build_generator(
+            # build_drafter runs the vocabulary and tokenizer checks before the DraftVocab copies any rows.
+            drafters[key] = build_drafter(
                 m_target, draft=None if m.uses_eagle else m_draft, eagle=eagle if m.uses_eagle else None,
-                token_map=token_map, num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer,
+                token_map=token_map, tokenizer=tokenizer,
                 context_rows=m.context_rows or 0, context_budget=m.context_budget or "fixed",
-            ).drafter
-            # After the FR-Spec rows were selected.
-            head_quant = quant_draft_heads.get(m.quant, m.quant) if m.quant is not None else draft_head_quant
-            quantize_drafter_head(drafters[key], head_quant)
+                head_quant=quant_draft_heads.get(m.quant, m.quant) if m.quant is not None else draft_head_quant,
+            )
         generators[m] = build_generator(
             m_target, draft=drafters[key], num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer, tree=m.tree
         )
     return generators
-
-
-# The ranked drafter is built once with placeholder costs (never used: the auto row's own generator measures, or
-# reads from the cache, this machine's costs for the pair).
-_NO_COSTS = StepCosts({1: 1.0}, {1: 0.0}, {None: {1: 0.0}})
 
 
 def _ranked_drafter(m: Method, methods, token_maps: dict[int, TokenMap], draft_head_quant: str | None

@@ -137,7 +137,7 @@ def run_generate(args: argparse.Namespace) -> int:
     chain = DEFAULT_NUM_SPEC_TOKENS if num_spec_tokens is None else num_spec_tokens
     tree = TreeShape.from_options(chain, args.tree_depth, args.tree_branching, args.tree_budget)
     if args.tree_depth is not None and not drafting:
-        raise FrspecError("token trees are drafted by a drafter: give --draft, --eagle or --mtp too")
+        raise FrspecError("token trees are drafted by a drafter: give --draft or --eagle (or --mtp) too")
     eagle = None
     if args.eagle:
         from frspec.models.eagle_loading import resolve_head_dir
@@ -166,6 +166,13 @@ def run_generate(args: argparse.Namespace) -> int:
     target = load_model(args.target, dtype=args.dtype, device=args.device, quant=target_quant(args))
     draft = load_model(args.draft, dtype=args.dtype, device=args.device, **draft_load_options(args)) if args.draft else None
     token_map = TokenMap.load(args.token_map, vocab_size=vocab_size_of(target)) if args.token_map else None
+    if not drafting and Path(target_dir).is_dir():
+        from frspec.models.mtp import detect_mtp
+
+        layout = detect_mtp(target_dir, int(target.config.get_text_config(decoder=True).num_hidden_layers))
+        if layout is not None:  # detected, not switched on: without a drafter the command stays vanilla
+            print(f"note: the target carries {layout.num_layers} MTP layer(s) ({layout.family} layout); "
+                  "--mtp drafts with them", file=sys.stderr)
     if args.mtp:
         from frspec.models.mtp import load_mtp_head
 
@@ -183,10 +190,7 @@ def run_generate(args: argparse.Namespace) -> int:
         costs = StepCosts.from_dict(config.costs, f"config file {args.config}: 'costs'")
     generator = build_generator(target, draft, token_map, num_spec_tokens, tokenizer, eagle=eagle, tree=drafted,
                                 context_rows=args.context_rows, context_budget=args.context_budget,
-                                token_map_size=token_map_size, costs=costs)
-    from frspec.models.quant import quantize_drafter_head
-
-    quantize_drafter_head(generator.drafter, draft_quant(args))
+                                token_map_size=token_map_size, costs=costs, draft_head_quant=draft_quant(args))
 
     kwargs = dict(
         prompt=prompt,

@@ -37,8 +37,8 @@ def add_seed(parser: argparse.ArgumentParser, what: str = "sampling seed") -> No
 
 
 # --quant / --draft-quant, shared by `frspec generate` and `frspec bench`: load_model(spec, quant=target_quant(args));
-# a draft loads with **draft_load_options(args) (head kept float until the drafter picks its rows), then
-# quantize_drafter_head(generator.drafter, draft_quant(args)).
+# a draft loads with **draft_load_options(args) (head kept float until the drafter picks its rows), and the drafter
+# quantizes its own head: build_generator(..., draft_head_quant=draft_quant(args)).
 QUANT_CHOICES = ("int4", "int8", "none")
 
 
@@ -62,5 +62,5 @@ def draft_quant(args: argparse.Namespace) -> str | None:
 
 def draft_load_options(args: argparse.Namespace) -> dict:
     """load_model keywords for a draft model: its LM head stays float so that an FR-Spec drafter can copy the
-    map's rows from it; quantize_drafter_head quantizes the drafter's head afterwards."""
+    map's rows from it; the drafter then quantizes its own head (build_drafter's head_quant)."""
     return {"quant": draft_quant(args), "quantize_head": False}

@@ -14,9 +14,7 @@ import torch
 
 from frspec.decode.controller import ControllerSettings, ControllerState, Plan, choose, new_request, observe
 from frspec.decode.drafter import Drafter
-from frspec.decode.eagle_drafter import EagleDrafter
 from frspec.decode.hybrid_target import check_hybrid_tree_support, is_hybrid
-from frspec.decode.mtp_drafter import MtpDrafter
 from frspec.decode.request import Request, prepare_request
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.stats import GenerationStats
@@ -27,6 +25,7 @@ from frspec.decode.token_tree import check_tree_support
 from frspec.decode.tree_shape import TreeShape, check_num_spec_tokens
 from frspec.errors import FrspecError
 from frspec.models.loading import check_context_length, vocab_size_of
+from frspec.vocab.ranked_vocab import RankedVocab
 
 
 @dataclass
@@ -92,7 +91,7 @@ class SpeculativeGenerator:
                     f"target and draft vocabularies differ: the target has {self.vocab_size} ids, "
                     f"the drafter {drafter.vocab_size}"
                 )
-            drafter_device = torch.device(getattr(drafter, "device", self.device))
+            drafter_device = torch.device(drafter.device)
             if drafter_device.type != self.device.type or (drafter_device.index or 0) != (self.device.index or 0):
                 raise FrspecError(f"target is on {self.device} but the drafter is on {drafter_device}")
             if controller is not None:
@@ -123,10 +122,8 @@ class SpeculativeGenerator:
         if self.drafter is None:
             return "vanilla"
         mapped = self.drafter.token_map is not None
-        if isinstance(self.drafter, MtpDrafter):
-            return "mtp+fr-spec" if mapped else "mtp"
-        if isinstance(self.drafter, EagleDrafter):
-            return "eagle+fr-spec" if mapped else "eagle"
+        if self.drafter.kind in ("mtp", "eagle"):
+            return f"{self.drafter.kind}+fr-spec" if mapped else self.drafter.kind
         return "fr-spec" if mapped else "draft"
 
     def generate(
@@ -178,9 +175,8 @@ class SpeculativeGenerator:
                                   sampling, stop_strings, eos_token_ids, apply_chat_template)
         # Before anything is allocated: a request beyond the model's positions is an error, not garbage or an OOM.
         check_context_length(self.target, len(request.prompt_ids), request.max_new_tokens, "the target")
-        draft_model = getattr(self.drafter, "model", None)
-        if draft_model is not None:
-            check_context_length(draft_model, len(request.prompt_ids), request.max_new_tokens, "the draft model")
+        if self.drafter is not None:
+            self.drafter.check_request_lengths(len(request.prompt_ids), request.max_new_tokens)
         return request
 
     def _run(self, request: Request, stream: bool) -> Generator[str, None, GenerationOutput]:
@@ -241,7 +237,7 @@ class SpeculativeGenerator:
             return None
         vocab = self.drafter.vocab
         prior = {}
-        if hasattr(vocab, "coverage") and vocab.coverage_prior is not None:
+        if isinstance(vocab, RankedVocab) and vocab.coverage_prior is not None:
             prior = {k: vocab.coverage(k) for k in self.controller.sizes}
         return new_request(self.controller, prior, sampling.seed)
 
@@ -255,7 +251,7 @@ class SpeculativeGenerator:
             vocab.set_size(plan.size)  # before proposing: the proposal is drafted and verified over these rows
         shape = None if plan.depth == 0 else (self.controller.shape or TreeShape.chain(plan.depth))
         step = decode_step(self.target, self.drafter, state, shape, self.hidden_layers, remaining)
-        ranks = vocab.ranks(step.tokens).tolist() if hasattr(vocab, "ranks") else None
+        ranks = vocab.ranks(step.tokens).tolist() if isinstance(vocab, RankedVocab) else None
         observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks)
         stats.record_choice(step.drafted_depth, plan.size)
         return step
@@ -295,7 +291,7 @@ def _check_controller(settings: ControllerSettings, costs: StepCosts | None, dra
     if costs is None:
         raise FrspecError("the controller decides from measured step costs: give costs (decode/step_costs.py)")
     vocab = drafter.vocab
-    full = getattr(vocab, "full_size", None)
+    full = vocab.full_size if isinstance(vocab, RankedVocab) else None
     if full is None:
         if settings.sizes != (vocab.size,):
             raise FrspecError(f"this drafter scores a fixed {vocab.size} rows; map sizes {list(settings.sizes)} "

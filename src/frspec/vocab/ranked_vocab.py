@@ -153,6 +153,10 @@ class RankedVocab(DraftVocab):
         """The row (rank) of each target id; full_size for ids the head cannot score."""
         return self.rank_of[torch.as_tensor(token_ids, dtype=torch.long).cpu()]
 
+    def quantize_head(self, quantize) -> bool:
+        """Refused: a packed (int4/int8) head has one row count, while a ranked head's changes per step."""
+        raise FrspecError("a quantized draft head has one fixed map size: give a map size (not auto)")
+
     def _activate(self) -> None:
         """Point the head, target ids and rows at the first k rows (views: nothing is copied)."""
         k = self._k
