@@ -112,7 +112,8 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
     vocab_size = int(target.config.vocab_size)
     prompt = torch.randint(0, vocab_size, (context,), generator=torch.Generator().manual_seed(0)).tolist()
     before = vocab.size
-    if isinstance(vocab, RankedVocab):
+    full = vocab.full_size if isinstance(vocab, RankedVocab) else None
+    if full is not None:
         vocab.set_size(max(sizes))
     try:
         plain = _engine_run(SpeculativeGenerator(target), prompt, new_tokens)

@@ -107,7 +107,7 @@ class SpeculativeGenerator:
         if map_size is not None:
             # A fixed size of a ranked head several generators share (e.g. the bench's static rows): set at the
             # start of every request, since another generator may have drafted at another size in between.
-            if drafter is None or not hasattr(drafter.vocab, "set_size") or controller is not None:
+            if drafter is None or not isinstance(drafter.vocab, RankedVocab) or controller is not None:
                 raise FrspecError("a fixed map size per generator needs a drafter with a ranked head and no "
                                   "controller")
             drafter.vocab.set_size(map_size)
