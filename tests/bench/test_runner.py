@@ -188,6 +188,9 @@ def test_cli_token_map_files_set_the_sizes(tiny_dirs, tmp_path):
         (["--context-rows", "8", "--engine", "vllm"], "frspec's own engine"),
         (["--context-rows", "8", "--context-budgets", "fixed,more"], "context budget must be one of"),
         (["--token-map-source", "code"], "drop it with --token-map or --counts"),
+        # issue 21: a mixed workload
+        (["--dataset", "x.jsonl", "--mix", "mtbench,code"], "give --dataset or --mix"),
+        (["--mix", "mtbench"], "two or more different datasets"),
     ],
 )
 def test_cli_bad_input_is_one_line_error(tiny_dirs, tmp_path, capsys, extra, message):

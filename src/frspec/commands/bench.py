@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from frspec.errors import FrspecError
+
 from frspec.bench.eagle_heads import DEFAULT_EAGLE_TARGET, DEFAULT_HEAD
 from frspec.bench.plan import DEFAULT, ENGINES, QUICK
 from frspec.bench.token_maps import MAP_SOURCES
@@ -50,8 +52,12 @@ def register(subparsers) -> None:
     p.add_argument("--draft", default=None, help="draft model, same forms (default: qwen2.5-coder-0.5b-instruct; "
                    "'none' for vanilla only)")
     p.add_argument("--dataset", default=None,
-                   help="prompts: mtbench (default, first turns), code, long-qa, long-qa-squad, long-qa-hotpotqa, "
-                        "sharegpt-multiturn, or a JSONL file")
+                   help="prompts: mtbench (default, first turns), code, multilingual (Vim's translated messages "
+                        "to continue, 8 languages), long-qa, long-qa-squad, long-qa-hotpotqa, sharegpt-multiturn, "
+                        "mix:A,B,... (those interleaved in one run), or a JSONL file")
+    p.add_argument("--mix", default=None, metavar="A,B,...",
+                   help="interleave the prompts of several datasets in one run (as --dataset mix:A,B,...), e.g. "
+                        "mtbench,code,multilingual: the workload one static map must serve all of")
     p.add_argument("--field", default="prompt", help="JSONL field holding the prompt (default: %(default)s)")
     p.add_argument("--num-prompts", type=int, default=None,
                    help=f"prompts, spread evenly over categories (quick {QUICK.num_prompts}, default {DEFAULT.num_prompts})")
@@ -159,6 +165,10 @@ def plan_from_args(args: argparse.Namespace):
 
     config = load_config(args)
     apply_models(args, config)
+    if args.mix is not None:
+        if args.dataset is not None:
+            raise FrspecError("give --dataset or --mix, not both")
+        args.dataset = f"mix:{args.mix}"
     return plan_bench(
         **{name: getattr(args, name) for name in PLAN_OPTIONS}, config=config, config_path=args.config,
         sampling=SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed),
