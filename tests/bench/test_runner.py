@@ -231,3 +231,33 @@ def test_auto_rows_share_one_ranked_head_with_the_static_rows_and_stay_lossless(
     assert row["auto_vs_best_static"] == pytest.approx(row["decode_tokens_per_s"] / best["decode_tokens_per_s"])
     # The static rows drafted at their own size even though the auto row changed it in between.
     assert rows["fr-spec k=2 map=16"]["acceptance_length"] <= rows["draft k=2"]["acceptance_length"]
+
+
+def test_cli_bench_mix_reports_each_dataset_with_auto_against_its_best_static(tiny_dirs, tmp_path, monkeypatch):
+    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path / "cache"))
+    target_dir, draft_dir = tiny_dirs
+    counts_path = tmp_path / "counts.safetensors"
+    _counts(load_tokenizer(str(target_dir))).save(counts_path)
+    a, b = tmp_path / "words.jsonl", tmp_path / "math.jsonl"
+    a.write_text('{"prompt": "the quick brown fox"}\n{"prompt": "a lazy dog sleeps"}\n')
+    b.write_text('{"prompt": "sum of a python list"}\n{"prompt": "the math of 2 and 3"}\n')
+    out = tmp_path / "out"
+    threads = torch.get_num_threads()
+    code = main(["bench", "--target", str(target_dir), "--draft", str(draft_dir), "--dtype", "fp64", "--threads",
+                 "1", "--mix", f"{a},{b}", "--num-prompts", "4", "--max-new-tokens", "8", "--num-spec-tokens", "2",
+                 "--token-map-sizes", "16,64", "--counts", str(counts_path), "--out", str(out), "--no-progress"])
+    torch.set_num_threads(threads)
+    assert code == 0
+    payload = json.loads((out / "results.json").read_text())
+    assert payload["meta"]["dataset"] == f"mix:{a},{b}" and len(payload["meta"]["prompt_ids"]) == 4
+    by = payload["per_dataset"]
+    assert [r["dataset"] for r in by if r["auto"]] == [str(a), str(b)]
+    labels = {r["label"] for r in payload["rows"]}
+    for r in by:
+        assert r["prompts"] == 2 and r["label"] in labels
+        if r["auto"]:
+            same = [x for x in by if x["dataset"] == r["dataset"] and not x["auto"]]
+            best = max(same, key=lambda x: x["decode_tokens_per_s"])
+            assert r["best_static"] == best["label"]
+            assert r["auto_vs_best_static"] == pytest.approx(r["decode_tokens_per_s"] / best["decode_tokens_per_s"])
+    assert "## Per dataset (mixed run)" in (out / "results.md").read_text()

@@ -221,6 +221,24 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
         if len(groups) > 1:
             lines += [f"### Target `{target}`", ""]
         lines += [markdown_table(rows), ""]
+    by_dataset = payload.get("per_dataset") or []
+    if by_dataset:
+        lines += ["## Per dataset (mixed run)", "",
+                  "Each dataset's prompts of the mixed run: tokens/s and acceptance per row, what the auto rows "
+                  "chose there, and their ratio to the best row for that dataset alone (picked in hindsight).", "",
+                  "| Target | Dataset | Method | Prompts | Tokens/s | Acceptance | Auto: Steps per Map Size "
+                  "| Auto: Steps per Length 0/1/.. | Auto vs Best Static (best) |",
+                  "|:---|:---|:---|---:|---:|---:|:---|:---|:---|"]
+        for r in by_dataset:
+            ratio = (f"{r['auto_vs_best_static']:.2f}x ({r['best_static']})"
+                     if r.get("auto_vs_best_static") is not None else "-")
+            lines.append(
+                f"| {r.get('target', '-')} | {r['dataset']} | {r['label']} | {r['prompts']} | "
+                f"{format_value('decode_tokens_per_s', r['decode_tokens_per_s'])} | "
+                f"{format_value('acceptance_length', r['acceptance_length'])} | "
+                f"{format_value('chosen_map_sizes', r['chosen_map_sizes'])} | "
+                f"{format_value('chosen_depth_histogram', r['chosen_depth_histogram'])} | {ratio} |")
+        lines.append("")
     divergences = payload.get("divergences") or []
     if divergences:
         lines += ["## Greedy outputs that differ from vanilla", "",
