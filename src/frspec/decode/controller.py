@@ -176,6 +176,17 @@ def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None
     return out
 
 
+def speculation_can_pay(settings: ControllerSettings, costs: StepCosts) -> bool:
+    """Whether any allowed draft beats plain decoding even at best (every draft accepted, every map covering):
+    if not, this machine's costs rule speculation out for every request, and the engine does not even prefill
+    the drafter."""
+    if settings.max_depth == 0:
+        return False
+    plain = 1.0 / costs.step_time_s(None)
+    return any((d + 1) / costs.step_time_s(_shape(settings, d), k) > plain
+               for d in settings.depths if d for k in settings.sizes)
+
+
 def choose(state: ControllerState, costs: StepCosts, remaining: int | None = None) -> Plan:
     """This step's draft length and map size (module docstring); ties go to the shorter draft, then the smaller
     map. `remaining`: tokens the request may still emit (longer drafts could not be used)."""
