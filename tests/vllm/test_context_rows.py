@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 from vllm import SamplingParams
-from tests.vllm.vllm_tiny import MAP_IDS, VOCAB, Recorder, hf_greedy, start_llm, stop_llm
+from tests.vllm.vllm_tiny import MAP_IDS, VOCAB, Recorder, frspec_head, hf_greedy, start_llm, stop_llm
 
 NEW_TOKENS = 20
 TEMPERATURE = 0.8
@@ -24,7 +24,7 @@ class ContextRecorder(Recorder):
         super().__init__(llm)
         self.active: list[torch.Tensor] = []  # per probabilistic draft step
         self.all_active: set[int] = set()
-        head, sample = self.drafter.frspec_head, self.drafter._sample_draft_tokens
+        head, sample = frspec_head(self.drafter), self.drafter._sample_draft_tokens
 
         def sample_draft_tokens(hidden, sampling_metadata):
             ids, probs = sample(hidden, sampling_metadata)
@@ -46,7 +46,7 @@ def _run(tiny, target, spec, budget, sample):
         os.environ.pop("FRSPEC_CONTEXT_BUDGET")
     try:
         rec = ContextRecorder(llm)
-        head, rows = rec.drafter.frspec_head, rec.drafter.frspec_context
+        head, rows = frspec_head(rec.drafter), rec.drafter.frspec_context
         run = {"head_rows_before": head.target_ids.tolist()}
         greedy = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
         outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], greedy, use_tqdm=False)

@@ -5,7 +5,9 @@ probabilistic draft sampling the rejection sampler receives exactly the pruned h
 import pytest
 import torch
 from vllm import SamplingParams
-from tests.vllm.vllm_tiny import MAP_IDS, PROMPTS, VOCAB, Recorder, hf_greedy, start_llm, stop_llm
+from tests.vllm.vllm_tiny import MAP_IDS, PROMPTS, VOCAB, Recorder, frspec_head, hf_greedy, start_llm, stop_llm
+
+from frspec.vllm_plugin.pruned_logits import pruned_logits_of
 
 NEW_TOKENS = 24
 TEMPERATURE = 0.8
@@ -20,9 +22,10 @@ def _run(tiny, token_map):
         drafter = rec.drafter
         run = {
             # what the plugin put on the drafter (before the recorder wrapped anything)
-            "touched": {k for k in ("_greedy_sample", "frspec_head") if k in vars(drafter)}
+            "touched": {k for k in ("_greedy_sample", "frspec_heads", "compute_logits") if k in vars(drafter)}
+            | ({"pruned_logits"} if pruned_logits_of(drafter.model) else set())
             | ({"compute_logits"} if "compute_logits" in vars(drafter.model) else set()),
-            "head": getattr(drafter, "frspec_head", None),
+            "head": frspec_head(drafter),
             "lm_head_weight": drafter.model.lm_head.weight.detach().clone(),
         }
         greedy = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
@@ -58,7 +61,7 @@ def test_drafts_stay_inside_the_map(runs):
 
 def test_without_a_map_the_plugin_changes_nothing(runs):
     assert runs["plain"]["touched"] == set() and runs["plain"]["head"] is None
-    assert runs["map"]["touched"] == {"_greedy_sample", "compute_logits", "frspec_head"}
+    assert runs["map"]["touched"] == {"pruned_logits", "frspec_heads", "_greedy_sample"}  # + V1 compact path
     assert torch.equal(runs["plain"]["lm_head_weight"], runs["map"]["lm_head_weight"]), "the head is never modified"
 
 

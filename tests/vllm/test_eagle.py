@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from vllm import SamplingParams
-from tests.vllm.vllm_tiny import MAP_IDS, PROMPTS, Recorder, hf_greedy, model_runner, start_llm, stop_llm
+from tests.vllm.vllm_tiny import MAP_IDS, PROMPTS, Recorder, frspec_head, hf_greedy, model_runner, start_llm, stop_llm
 
 NEW_TOKENS = 16
 
@@ -21,7 +21,7 @@ def _run(tiny, method, head):
         outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], greedy, use_tqdm=False)
         drafter = rec.drafter
         return {"greedy": [list(o.outputs[0].token_ids) for o in outs], "drafts": torch.cat([d.flatten() for d in rec.drafts]),
-                "head": drafter.frspec_head, "draft_lm_head": drafter.model.lm_head,
+                "head": frspec_head(drafter), "draft_lm_head": drafter.model.lm_head,
                 "target_lm_head": runner.model.lm_head}
     finally:
         stop_llm(llm)

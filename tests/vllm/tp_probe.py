@@ -10,7 +10,7 @@ import torch
 
 def probe(worker, hidden):
     """In each worker: this rank's FR-Spec head (its own shard's rows) and the all-gathered logits."""
-    head = worker.model_runner.drafter.frspec_head
+    (head,) = worker.model_runner.drafter.frspec_heads
     return {"rank_rows": head.vocab.size, "target_ids": head.target_ids.tolist(),
             "gathered": head.kept_logits(torch.tensor(hidden, dtype=torch.float32)).tolist()}
 

@@ -44,6 +44,7 @@ class Tiny:
     eagle_head: str  # EAGLE-1/2 layout, no LM head of its own: vLLM shares the target's
     eagle3_head: str  # EAGLE-3 layout with a reduced draft vocabulary (d2t)
     eagle3_target_ids: list[int]  # the EAGLE-3 head's draft vocabulary, as target ids
+    mimo_target: str  # a MiMo checkpoint: a Qwen2-style target with one MTP layer (model.mtp_layers.0.*)
 
 
 def save(model: torch.nn.Module, path: Path) -> str:
@@ -64,7 +65,8 @@ def build_models(root: Path) -> Tiny:
     return Tiny(root, save(target, root / "target"), save(draft, root / "draft"), str(root / "map.safetensors"),
                 str(root / "map-wrong-vocab.safetensors"), str(root / "map-wrong-tokenizer.safetensors"),
                 save(eagle_target, root / "eagle-target"), write_eagle_head(root / "eagle", eagle3_ids=None),
-                write_eagle_head(root / "eagle3", eagle3_ids=eagle3_ids), eagle3_ids)
+                write_eagle_head(root / "eagle3", eagle3_ids=eagle3_ids), eagle3_ids,
+                write_mimo_mtp(root / "mimo", seed=4))
 
 
 HIDDEN, HEADS, KV_HEADS, FFN = 64, 2, 1, 128  # vLLM's CPU attention needs a head size of at least 32
@@ -115,6 +117,35 @@ def write_eagle_head(path: Path, eagle3_ids: list[int] | None, seed: int = 3) ->
     return str(path)
 
 
+def write_mimo_mtp(path: Path, seed: int) -> str:
+    """A random MiMo checkpoint in the published layout (XiaomiMiMo/MiMo-7B-*): a Qwen2 model whose config names
+    the MiMoForCausalLM architecture with `num_nextn_predict_layers`, and its MTP layer's weights stored beside the
+    target's as `model.mtp_layers.0.*` (token/hidden layernorms, input_proj over [hidden, embedding], a Qwen2 decoder
+    layer, final_layernorm). vLLM's `mtp` method loads that layer as MiMoMTPModel; transformers loads the target as
+    Qwen2 (ignoring the MTP weights), which is the reference."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    target = qwen2(seed)
+    save(target, path)
+    tensors = load_file(str(path / "model.safetensors"))
+    gen = torch.Generator().manual_seed(seed + 100)
+    layer0 = {k[len("model.layers.0."):]: v for k, v in tensors.items() if k.startswith("model.layers.0.")}
+    prefix = "model.mtp_layers.0."
+    for name, value in layer0.items():  # a decoder layer of the target's shape, its own random weights
+        noise = torch.randn(value.shape, generator=gen) * (0.05 if "layernorm" in name else 0.2)
+        tensors[prefix + name] = (1.0 + noise) if "layernorm" in name else noise
+    for name in ("token_layernorm", "hidden_layernorm", "final_layernorm"):
+        tensors[f"{prefix}{name}.weight"] = 1.0 + torch.randn(HIDDEN, generator=gen) * 0.05
+    tensors[prefix + "input_proj.weight"] = torch.randn(HIDDEN, 2 * HIDDEN, generator=gen) * 0.2
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path / "model.safetensors"))
+    config = json.loads((path / "config.json").read_text())
+    config.update(architectures=["MiMoForCausalLM"], num_nextn_predict_layers=1)
+    (path / "config.json").write_text(json.dumps(config))
+    return str(path)
+
+
 def hf_greedy(model_dir: str, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
     """The reference: transformers' greedy decoding of the target alone, fp32."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -127,8 +158,10 @@ def hf_greedy(model_dir: str, prompts: list[list[int]], max_new_tokens: int) -> 
     return outs
 
 
-def start_llm(target: str, speculative_config: dict | None, token_map: str | None, **kwargs: Any):
-    """An in-process vLLM engine, fp32, eager; FR-Spec on iff `token_map` (set the way users do: the env var)."""
+def start_llm(target: str, speculative_config: dict | None, token_map: str | None, enforce_eager: bool = True,
+              **kwargs: Any):
+    """An in-process vLLM engine, fp32, eager unless `enforce_eager=False` (vLLM's default: torch.compile);
+    FR-Spec on iff `token_map` (set the way users do: the env var)."""
     from vllm import LLM
 
     import frspec.vllm_plugin
@@ -139,7 +172,7 @@ def start_llm(target: str, speculative_config: dict | None, token_map: str | Non
         os.environ["FRSPEC_TOKEN_MAP"] = token_map
     # vLLM registered the plugin when this process made its first engine; with a map now set, hook it in (idempotent).
     frspec.vllm_plugin.register()
-    return LLM(model=target, dtype="float32", enforce_eager=True, speculative_config=speculative_config,
+    return LLM(model=target, dtype="float32", enforce_eager=enforce_eager, speculative_config=speculative_config,
                max_model_len=256, max_num_seqs=8, seed=0, distributed_executor_backend="uni", **kwargs)
 
 
@@ -148,6 +181,15 @@ def stop_llm(llm) -> None:
     del llm
     gc.collect()
     os.environ.pop("FRSPEC_TOKEN_MAP", None)
+
+
+def frspec_head(drafter):
+    """The drafter's one FR-Spec head (None without a map), as the worker's check left it."""
+    heads = getattr(drafter, "frspec_heads", None)
+    if heads is None:
+        return None
+    assert len(heads) == 1, heads
+    return heads[0]
 
 
 def model_runner(llm):

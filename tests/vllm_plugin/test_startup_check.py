@@ -1,4 +1,5 @@
-"""The startup check's refusals on configurations vLLM is not needed to build (MTP cannot be started here)."""
+"""The startup check's refusals on configurations vLLM is not needed to build (V2 runners and vLLM 0.33's
+draft_lm_head_quantization cannot be started on the CPU build)."""
 
 from types import SimpleNamespace
 
@@ -11,7 +12,7 @@ from frspec.vllm_plugin.startup_check import check_engine_config
 def _config(method, **spec):
     speculative = SimpleNamespace(method=method, use_heterogeneous_vocab=False, use_local_argmax_reduction=False)
     speculative.__dict__.update(spec)
-    return SimpleNamespace(speculative_config=speculative, model_config=None)
+    return SimpleNamespace(speculative_config=speculative, model_config=None, use_v2_model_runner=False)
 
 
 def test_without_a_map_nothing_is_checked(monkeypatch):
@@ -23,7 +24,8 @@ def test_without_a_map_nothing_is_checked(monkeypatch):
         check_engine_config(_config("mtp"))
 
 
-@pytest.mark.parametrize("method, words", [("mtp", "not MTP"), ("medusa", "not 'medusa'"), ("suffix", "not 'suffix'")])
+@pytest.mark.parametrize("method, words", [("medusa", "not 'medusa'"), ("suffix", "not 'suffix'"),
+                                           ("ngram", "not 'ngram'"), ("dflash", "not 'dflash'")])
 def test_drafters_without_a_prunable_head_are_refused(monkeypatch, method, words):
     monkeypatch.setenv("FRSPEC_TOKEN_MAP", "/nonexistent/map.pt")
     with pytest.raises(FrspecError, match=words):
@@ -51,3 +53,20 @@ def test_bad_context_settings_are_refused_at_startup(monkeypatch):
     monkeypatch.setenv("FRSPEC_CONTEXT_ROWS", "lots")
     with pytest.raises(FrspecError, match="FRSPEC_CONTEXT_ROWS must be a non-negative integer"):
         check_engine_config(_config("draft_model"))
+
+
+def test_draft_lm_head_quantization_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv("FRSPEC_TOKEN_MAP", "/nonexistent/map.pt")
+    with pytest.raises(FrspecError, match="draft_lm_head_quantization='fp8'") as err:
+        check_engine_config(_config("mtp", draft_lm_head_quantization="fp8"))
+    assert "\n" not in str(err.value)
+
+
+def test_context_rows_on_the_v2_runner_are_refused(monkeypatch):
+    monkeypatch.setenv("FRSPEC_TOKEN_MAP", "/nonexistent/map.pt")
+    monkeypatch.setenv("FRSPEC_CONTEXT_ROWS", "64")
+    config = _config("eagle3")
+    config.use_v2_model_runner = True
+    with pytest.raises(FrspecError, match="only vLLM's V1 model runner.*this engine runs V2") as err:
+        check_engine_config(config)
+    assert "\n" not in str(err.value)

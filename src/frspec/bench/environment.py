@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from frspec.decode.cost_measure import cpu_model  # the controller's cost cache names the CPU the same way
+
 
 def git_commit(repo_dir: str | os.PathLike | None = None) -> str:
     """The checked-out commit (with "-dirty" if the tree has changes), or "unknown" outside a git checkout."""
@@ -25,17 +27,6 @@ def git_commit(repo_dir: str | os.PathLike | None = None) -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return f"{commit}-dirty" if dirty else commit or "unknown"
-
-
-def cpu_model() -> str:
-    """The CPU's marketing name (from /proc/cpuinfo on Linux), falling back to platform.processor()."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def machine_info() -> dict[str, Any]:

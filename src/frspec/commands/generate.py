@@ -1,5 +1,5 @@
-"""`frspec generate`: generate from a target model, optionally sped up by a draft model or an EAGLE head, token
-trees, and an FR-Spec token map."""
+"""`frspec generate`: generate from a target model, optionally sped up by a draft model, an EAGLE head or the
+target checkpoint's own MTP layers, token trees, and an FR-Spec token map."""
 
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ def register(subparsers) -> None:
     p.add_argument("--target", help="target model: default-model name, HF directory, .gguf or hub id (or --config)")
     p.add_argument("--draft", help="draft model (same forms; must share the target's vocabulary)")
     p.add_argument("--eagle", metavar="HEAD", help="EAGLE-1/2 or EAGLE-3 head for the target (directory or hub id)")
+    p.add_argument("--mtp", action="store_true",
+                   help="draft with the MTP layers the --target checkpoint carries (DeepSeek-V3, GLM-4.5, "
+                        "Qwen3-Next/3.5, MiMo layouts, detected from its weights; a local directory)")
     p.add_argument("--token-map", metavar="FILE", help="FR-Spec token map restricting the draft's or head's LM head")
     p.add_argument("--context-rows", type=int, default=0, metavar="N",
                    help="context-aware drafting: up to N draft LM-head rows for the prompt's and the accepted "
@@ -99,15 +102,16 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.target is None:
         raise FrspecError("give --target (or --config FILE)")
     # No --num-spec-tokens (nor a config's): auto for a quantized target, else DEFAULT_NUM_SPEC_TOKENS (below).
-    if args.draft and args.eagle:
-        raise FrspecError("give --draft or --eagle, not both")
-    if args.token_map and not (args.draft or args.eagle):
-        raise FrspecError("--token-map restricts a draft model's LM head: give --draft (or --eagle) too")
+    if sum(map(bool, (args.draft, args.eagle, args.mtp))) > 1:
+        raise FrspecError("give one of --draft, --eagle and --mtp")
+    drafting = bool(args.draft or args.eagle or args.mtp)
+    if args.token_map and not drafting:
+        raise FrspecError("--token-map restricts a draft model's LM head: give --draft (or --eagle, --mtp) too")
     num_spec_tokens = _num_spec_tokens(args)
     chain = DEFAULT_NUM_SPEC_TOKENS if num_spec_tokens is None else num_spec_tokens
     tree = TreeShape.from_options(chain, args.tree_depth, args.tree_branching, args.tree_budget)
-    if args.tree_depth is not None and not (args.draft or args.eagle):
-        raise FrspecError("token trees are drafted by a drafter: give --draft or --eagle too")
+    if args.tree_depth is not None and not drafting:
+        raise FrspecError("token trees are drafted by a drafter: give --draft, --eagle or --mtp too")
     eagle = None
     if args.eagle:
         from frspec.models.eagle_loading import resolve_head_dir
@@ -136,13 +140,19 @@ def run_generate(args: argparse.Namespace) -> int:
     target = load_model(args.target, dtype=args.dtype, device=args.device, quant=target_quant(args))
     draft = load_model(args.draft, dtype=args.dtype, device=args.device, **draft_load_options(args)) if args.draft else None
     token_map = TokenMap.load(args.token_map, vocab_size=vocab_size_of(target)) if args.token_map else None
+    if args.mtp:
+        from frspec.models.mtp import load_mtp_head
+
+        if not Path(target_dir).is_dir():
+            raise FrspecError(f"--mtp reads the MTP layers from a local checkpoint directory, not {args.target!r}")
+        eagle = load_mtp_head(target, target_dir)  # drafted by an MtpDrafter (build_generator)
     if num_spec_tokens is None and draft is not None and args.tree_depth is None:
         from frspec.tune.cost_model import auto_chain_length
 
         num_spec_tokens = auto_chain_length(target, draft)
         tree = TreeShape.chain(num_spec_tokens)
     num_spec_tokens = DEFAULT_NUM_SPEC_TOKENS if num_spec_tokens is None else num_spec_tokens
-    drafted = tree if (args.draft or args.eagle) else None  # vanilla drafts nothing
+    drafted = tree if drafting else None  # vanilla drafts nothing
     generator = build_generator(target, draft, token_map, num_spec_tokens, tokenizer, eagle=eagle, tree=drafted,
                                 context_rows=args.context_rows, context_budget=args.context_budget,
                                 draft_head_quant=draft_quant(args))

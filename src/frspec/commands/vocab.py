@@ -1,4 +1,4 @@
-"""`frspec vocab count|count-generations|merge|build|convert|info|coverage`: build, convert and inspect FR-Spec token maps.
+"""`frspec vocab get|count|count-generations|merge|build|convert|info|coverage`: build, convert and inspect FR-Spec token maps.
 
 Heavy imports (torch, transformers) happen inside the handlers so `frspec --help` stays fast.
 """
@@ -12,6 +12,8 @@ from frspec.commands.options import add_dtype, add_threads
 from frspec.errors import FrspecError
 
 FORMAT_CHOICES = ("frspec", "thunlp", "vllm-scores", "eagle3")
+DOMAIN_CHOICES = ("chat", "code", "mix")  # frspec.vocab.shipped.DOMAINS, without importing torch for --help
+TABLE_SIZES = (8192, 16384, 32768, 65536)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,6 +25,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     sub = vocab.add_subparsers(dest="vocab_command", metavar="SUBCOMMAND")
     sub.required = True
+
+    p = sub.add_parser("get", help="write a map from the token counts shipped with frspec (offline)",
+                       description=_get.__doc__)
+    p.add_argument("name", nargs="?", help="the tokenizer: llama3.1, deepseek-v3, gemma3, qwen2.5 (see --list)")
+    p.add_argument("--list", action="store_true", help="list the shipped counts and exit")
+    p.add_argument("--size", type=int, metavar="K", help="ids to keep (e.g. 32768)")
+    p.add_argument("--domain", choices=DOMAIN_CHOICES, default="chat",
+                   help="rank by ShareGPT assistant turns, Python sources, or both weighted equally "
+                        "(default: %(default)s)")
+    p.add_argument("--format", choices=FORMAT_CHOICES, help="output format (default from the extension: .pt -> "
+                   "thunlp, else frspec)")
+    p.add_argument("--out", help="output map")
+    p.add_argument("--vocab-size", type=int, help="the model's LM-head rows, when they differ from the tokenizer's "
+                   "ids (DeepSeek-V3: 129280; Gemma-3-1B: 262144)")
+    p.set_defaults(func=_get)
 
     p = sub.add_parser("count", help="count token ids over a corpus", description=_count.__doc__)
     p.add_argument("--tokenizer", required=True, help="hub id, tokenizer directory, .gguf file or tiktoken .model")
@@ -113,6 +130,52 @@ def _map_context_args(p: argparse.ArgumentParser) -> None:
 
 
 # -- handlers ----------------------------------------------------------------------------------------------------
+
+
+def _get(args: argparse.Namespace) -> int:
+    """Write a token map from the counts shipped with frspec, with no corpus, tokenizer or network: ids ranked by
+    ShareGPT assistant turns (chat), Python sources (code) or both (mix), the tokenizer's special and chat-template
+    tokens always kept. Prints the map's coverage on held-out chat and code next to the usual sizes."""
+    from frspec.vocab.shipped import coverage_rows, domain_counts, load_shipped, resolve_name, shipped_metadata
+    from frspec.vocab.shipped import shipped_names, with_vocab_size
+    from frspec.vocab.token_map import TokenMap
+
+    if args.list:
+        print(f"{'name':<12} {'ids':>8}  {'chat tokens':>12}  {'code tokens':>12}  {'kept':>4}  tokenizer")
+        for name in shipped_names():
+            m = shipped_metadata(name)
+            parts = m["parts"]
+            print(f"{name:<12} {m['tokenizer']['vocab_size']:>8,}  {parts['chat']['tokens']:>12,}  "
+                  f"{parts['code']['tokens']:>12,}  {len(m['keep_tokens']):>4}  {m['tokenizer_source']}")
+        return 0
+    missing = [flag for flag, value in (("NAME", args.name), ("--size", args.size), ("--out", args.out))
+               if value is None]
+    if missing:
+        raise FrspecError(f"vocab get needs {', '.join(missing)} (or --list)")
+    if args.size <= 0:
+        raise FrspecError(f"--size must be a positive number of ids, got {args.size}")
+    _check_out(args.out)
+    name = resolve_name(args.name)
+    parts = load_shipped(name)
+    counts = domain_counts(parts, args.domain)
+    if args.vocab_size is not None:
+        counts = with_vocab_size(counts, args.vocab_size)
+    if args.size > counts.vocab_size:
+        raise FrspecError(f"--size {args.size} is larger than the {counts.vocab_size:,}-id vocabulary of {name}")
+    token_map = TokenMap.from_counts(counts, top_k=args.size)
+    token_map.metadata["shipped"] = {"name": name, "domain": args.domain}
+    written = token_map.save(args.out, format=args.format)
+    rows = coverage_rows(parts, args.domain, [*TABLE_SIZES, args.size], args.vocab_size)
+    m = token_map.metadata
+    print(f"{name} ({args.domain}): kept {token_map.k:,} of {token_map.vocab_size:,} ids "
+          f"({100 * token_map.k / token_map.vocab_size:.1f}%), {m['forced']} special/template tokens forced")
+    print(f"coverage       {'k':>8}  {'ranked on':>10}  {'held-out chat':>13}  {'held-out code':>13}")
+    for k, cov in rows.items():
+        mark = "  <- this map" if k == args.size else ""
+        print(f"{'':15}{k:>8,}  {100 * cov['build']:>9.2f}%  {100 * cov['chat-heldout']:>12.2f}%  "
+              f"{100 * cov['code-heldout']:>12.2f}%{mark}")
+    print(f"wrote {args.out} ({written})")
+    return 0
 
 
 def _count(args: argparse.Namespace) -> int:

@@ -39,12 +39,14 @@ class DraftModelDrafter(Drafter):
     kind = "draft"
 
     def __init__(self, model: torch.nn.Module, token_map: TokenMap | None = None, context_rows: int = 0,
-                 context_budget: str = "fixed", head_quant: str | None = None):
+                 context_budget: str = "fixed", ranked: bool = False, head_quant: str | None = None):
         """`context_rows` > 0 makes the vocabulary context-aware (vocab/context_vocab.py): besides the map's
         rows, up to that many rows for the request's prompt and generated tokens, within the map's k rows
-        (`context_budget="fixed"`) or added to them ("additive"). `head_quant` ("int4", "int8") quantizes the
-        vocabulary's head once its rows are selected (a context-aware one stays float: its rows change per
-        request); load a quantized draft with its head float (load_model(..., quantize_head=False)) for that."""
+        (`context_budget="fixed"`) or added to them ("additive"). `ranked`: the map is a frequency ranking and
+        the head serves every map size, chosen per step (vocab/ranked_vocab.py). `head_quant` ("int4", "int8")
+        quantizes the vocabulary's head once its rows are selected (a context-aware one stays float: its rows
+        change per request; a ranked one refuses: it has no fixed size); load a quantized draft with its head
+        float (load_model(..., quantize_head=False)) for that."""
         super().__init__()
         _check_plain_logits(model)
         full_head = model.get_output_embeddings()
@@ -58,7 +60,7 @@ class DraftModelDrafter(Drafter):
             check_token_map(token_map, vocab_size, "the draft model")
         self.vocab = build_draft_vocab(full_head.weight, getattr(full_head, "bias", None), token_map,
                                        vocab_size=vocab_size, context_rows=context_rows,
-                                       context_budget=context_budget)
+                                       context_budget=context_budget, ranked=ranked)
         if parse_quant(head_quant) is not None:
             self.vocab.quantize_head(lambda linear: quantize_linear(linear, head_quant))
         self.cache = new_cache(model)

@@ -55,7 +55,8 @@ class Drafter:
 
     @property
     def kind(self) -> str:
-        """What drafts: "draft" (an independent draft model) or "eagle" (an EAGLE head on the target's states)."""
+        """What drafts: "draft" (an independent draft model), "eagle" (an EAGLE head on the target's states) or "mtp"
+        (a model's own multi-token-prediction layer, models/mtp.py)."""
         raise NotImplementedError
 
     def check_request_lengths(self, prompt_tokens: int, max_new_tokens: int) -> None:

@@ -35,14 +35,15 @@ class EagleDrafter(Drafter):
     kind = "eagle"
 
     def __init__(self, head: EagleHead, num_target_layers: int, token_map: TokenMap | None = None,
-                 context_rows: int = 0, context_budget: str = "fixed"):
+                 context_rows: int = 0, context_budget: str = "fixed", ranked: bool = False):
         """`context_rows` > 0 makes the vocabulary context-aware (vocab/context_vocab.py), as for a draft model:
         up to that many rows for the request's prompt and accepted tokens that the head can score (an EAGLE-3
-        head's d2t vocabulary bounds them), within the map's k rows ("fixed") or added to them ("additive")."""
+        head's d2t vocabulary bounds them), within the map's k rows ("fixed") or added to them ("additive"). `ranked`:
+        the map is a frequency ranking and the head serves every size (vocab/ranked_vocab.py)."""
         super().__init__()
         self.head = head
         # FR-Spec: only the map's rows (and, context-aware, the request's) of the head's LM head are scored.
-        self.vocab = head.draft_vocab(token_map, context_rows, context_budget)
+        self.vocab = head.draft_vocab(token_map, context_rows, context_budget, ranked)
         self.device = head.embed_tokens.weight.device
         # Indices of the target's `hidden_states` output the head reads; the engine asks the target for just these.
         self.target_hidden_layers: list[int] = head.target_layer_ids(num_target_layers)

@@ -12,10 +12,13 @@ from typing import Generator, Iterable, Iterator, Sequence
 
 import torch
 
+from frspec.decode.controller import ControllerSettings, ControllerState, Plan, choose, new_request, observe
 from frspec.decode.drafter import Drafter
+from frspec.decode.hybrid_target import check_hybrid_tree_support, is_hybrid
 from frspec.decode.request import Request, prepare_request
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.stats import GenerationStats
+from frspec.decode.step_costs import StepCosts
 from frspec.decode.step import DecodeState, StepResult, decode_step, prefill, start_state
 from frspec.decode.timing import now
 from frspec.decode.token_tree import check_tree_support
@@ -52,6 +55,10 @@ class SpeculativeGenerator:
     Greedy output is token-for-token the target's greedy output; sampled output follows the target's distribution
     exactly (speculative sampling). One request at a time (batch size 1). The drafter drafts `tree` (a TreeShape:
     chain, static or dynamic), by default a chain of num_spec_tokens.
+
+    With `controller` (ControllerSettings) and the machine's `costs` (StepCosts), the draft length and the map
+    size are chosen before every step (decode/controller.py): chains of any allowed length (0: a plain step), or
+    the given tree or none; map sizes among the settings' on a drafter with a ranked head (vocab/ranked_vocab.py).
     """
 
     def __init__(
@@ -61,6 +68,8 @@ class SpeculativeGenerator:
         tokenizer=None,
         num_spec_tokens: int = 4,
         tree: TreeShape | None = None,
+        controller: ControllerSettings | None = None,
+        costs: StepCosts | None = None,
     ):
         check_num_spec_tokens(num_spec_tokens)
         self.target = target
@@ -83,16 +92,28 @@ class SpeculativeGenerator:
             drafter_device = torch.device(drafter.device)
             if drafter_device.type != self.device.type or (drafter_device.index or 0) != (self.device.index or 0):
                 raise FrspecError(f"target is on {self.device} but the drafter is on {drafter_device}")
+            if controller is not None:
+                self.shape = _check_controller(controller, costs, drafter)
             if self.shape.kind != "chain":
-                check_tree_support(target, "the target")
+                if is_hybrid(target):  # linear-attention layers read trees per node (hybrid_target.py)
+                    check_hybrid_tree_support(target, "the target")
+                else:
+                    check_tree_support(target, "the target")
             drafter.check_shape(self.shape)
+        if controller is not None and drafter is None:
+            raise FrspecError("the controller chooses a drafter's draft length and map size: give a drafter")
+        self.controller = controller
+        self.costs = costs
 
     @property
     def method(self) -> str:
-        """"vanilla", "draft" or "fr-spec" (a drafter with a token map); "eagle" or "eagle+fr-spec" for EAGLE."""
+        """"vanilla", "draft" or "fr-spec" (a drafter with a token map); "eagle" or "eagle+fr-spec" for EAGLE;
+        "mtp" or "mtp+fr-spec" for a checkpoint's MTP layers."""
         if self.drafter is None:
             return "vanilla"
         mapped = self.drafter.token_map is not None
+        if self.drafter.kind == "mtp":
+            return "mtp+fr-spec" if mapped else "mtp"
         if self.drafter.kind == "eagle":
             return "eagle+fr-spec" if mapped else "eagle"
         return "fr-spec" if mapped else "draft"
@@ -157,6 +178,7 @@ class SpeculativeGenerator:
         finish = "length"
         paused = 0.0  # time the consumer of a stream spends between pieces is not generation time
         start = now(self.device)
+        control = self._new_control(request.sampling)
         if request.max_new_tokens > 0:
             state = self._start(request.prompt_ids, request.max_new_tokens, request.sampling)
             new, step = [self._prefill(state, stats)], None
@@ -182,7 +204,11 @@ class SpeculativeGenerator:
                         paused += now() - t
                 if finish != "length" or len(generated) >= request.max_new_tokens:
                     break
-                step = self._step(state, request.max_new_tokens - len(generated))
+                remaining = request.max_new_tokens - len(generated)
+                if control is None:
+                    step = self._step(state, remaining)
+                else:
+                    step = self._controlled_step(state, remaining, control, stats)
                 new = step.tokens
             if self.drafter is not None:
                 stats.draft_time_s = self.drafter.time_s
@@ -197,6 +223,30 @@ class SpeculativeGenerator:
                 yield piece
         text = tracker.text if tracker is not None else None
         return GenerationOutput(token_ids=generated, text=text, stats=stats, finish_reason=finish)
+
+    def _new_control(self, sampling: SamplingParams) -> ControllerState | None:
+        if self.controller is None:
+            return None
+        vocab = self.drafter.vocab
+        prior = {}
+        if vocab.is_ranked and vocab.coverage_prior is not None:
+            prior = {k: vocab.coverage(k) for k in self.controller.sizes}
+        return new_request(self.controller, prior, sampling.seed)
+
+    @torch.inference_mode()
+    def _controlled_step(self, state: DecodeState, remaining: int, control: ControllerState,
+                         stats: GenerationStats) -> StepResult:
+        """Choose this step's length and map size, take the step, show the controller what happened."""
+        plan = choose(control, self.costs, remaining)
+        vocab = self.drafter.vocab
+        if plan.depth and vocab.size != plan.size:
+            vocab.set_size(plan.size)  # before proposing: the proposal is drafted and verified over these rows
+        shape = None if plan.depth == 0 else (self.controller.shape or TreeShape.chain(plan.depth))
+        step = decode_step(self.target, self.drafter, state, shape, self.hidden_layers, remaining)
+        ranks = vocab.ranks(step.tokens).tolist() if vocab.is_ranked else None
+        observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks)
+        stats.record_choice(step.drafted_depth, plan.size)
+        return step
 
     def _new_stats(self, prompt_tokens: int) -> GenerationStats:
         k = 0 if self.shape is None else self.shape.depth
@@ -224,3 +274,20 @@ class SpeculativeGenerator:
     @torch.inference_mode()
     def _step(self, state: DecodeState, remaining: int) -> StepResult:
         return decode_step(self.target, self.drafter, state, self.shape, self.hidden_layers, remaining)
+
+
+def _check_controller(settings: ControllerSettings, costs: StepCosts | None, drafter: Drafter) -> TreeShape:
+    """Refuse settings the drafter cannot follow; returns the deepest shape a step may draft (for the stats)."""
+    if costs is None:
+        raise FrspecError("the controller decides from measured step costs: give costs (decode/step_costs.py)")
+    vocab = drafter.vocab
+    full = vocab.full_size if vocab.is_ranked else None
+    if full is None:
+        if settings.sizes != (vocab.size,):
+            raise FrspecError(f"this drafter scores a fixed {vocab.size} rows; map sizes {list(settings.sizes)} "
+                              "need a ranked head (a token map as its ranking)")
+    elif settings.sizes[-1] > full:
+        raise FrspecError(f"map size {settings.sizes[-1]} exceeds the drafter's {full}-row head")
+    if settings.shape is not None:
+        return settings.shape
+    return TreeShape.chain(max(settings.max_depth, 1))

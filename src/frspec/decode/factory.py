@@ -6,15 +6,20 @@ import os
 
 import torch
 
+from frspec.decode.controller import ControllerSettings, default_map_sizes
+from frspec.decode.cost_measure import cached_step_costs
 from frspec.decode.draft_model import DraftModelDrafter
 from frspec.decode.drafter import Drafter, check_token_map
 from frspec.decode.eagle_drafter import EagleDrafter
 from frspec.decode.engine import SpeculativeGenerator
+from frspec.decode.mtp_drafter import MtpDrafter
+from frspec.decode.step_costs import StepCosts
 from frspec.decode.tree_shape import TreeShape, check_num_spec_tokens
 from frspec.errors import FrspecError
 from frspec.models.eagle import EagleHead
 from frspec.models.eagle_loading import load_eagle_head
 from frspec.models.loading import check_same_vocab, vocab_size_of
+from frspec.models.mtp import MtpHead
 from frspec.vocab.token_map import TokenMap
 
 
@@ -26,12 +31,15 @@ def build_drafter(
     eagle: EagleHead | str | os.PathLike | None = None,
     context_rows: int = 0,
     context_budget: str = "fixed",
+    token_map_size: int | str | None = None,
+    auto_size: bool = False,
     head_quant: str | None = None,
 ) -> Drafter | None:
-    """The drafter for `target`: None (vanilla), a draft model's (restricted to `token_map` when given), or an EAGLE
-    head's (a loaded head, or a directory / hub id to load one from). Every check (vocabularies, map size, context
-    rows) runs before its DraftVocab copies any LM-head rows. `head_quant` quantizes a draft model's drafter head
-    (full or FR-Spec pruned) once its rows are selected; EAGLE heads stay float. What build_generator, the bench
+    """The drafter for `target` (None: vanilla): a draft model's, or an EAGLE or MTP head's (a loaded head, or a
+    directory / hub id to load one from), restricted to `token_map` when given: its first `token_map_size` ids for
+    an integer size, a ranked head serving every size with `auto_size`. Every check (vocabularies, map size,
+    context rows) runs before its DraftVocab copies any LM-head rows. `head_quant` quantizes a draft model's head
+    (full or pruned) once its rows are selected; EAGLE and MTP heads stay float. What build_generator, the bench
     and the tuner draft with."""
     context = dict(context_rows=context_rows, context_budget=context_budget)
     if context_rows:
@@ -45,7 +53,12 @@ def build_drafter(
         if token_map is not None:
             check_token_map(token_map, vocab_size_of(target), "the target model", tokenizer)
         head = eagle if isinstance(eagle, EagleHead) else load_eagle_head(eagle, target)
-        return EagleDrafter(head, int(target.config.num_hidden_layers), token_map, **context)
+        token_map, ranked = _static_or_ranked(token_map, token_map_size, auto_size, head.draft_vocab_size,
+                                              int(head.target_vocab_size))
+        # An MTP head (models/mtp.py) is drafted by the same loop; its own class names the method "mtp".
+        drafter_cls = MtpDrafter if isinstance(head, MtpHead) else EagleDrafter
+        num_layers = int(target.config.get_text_config(decoder=True).num_hidden_layers)
+        return drafter_cls(head, num_layers, token_map, **context, ranked=ranked)
     if draft is None:
         if token_map is not None:
             raise FrspecError("a token map restricts a drafter's LM head: give a draft model too")
@@ -53,34 +66,56 @@ def build_drafter(
     vocab_size = check_same_vocab(target, draft)
     if token_map is not None:
         check_token_map(token_map, vocab_size, "the target model", tokenizer)
-    return DraftModelDrafter(draft, token_map, **context, head_quant=head_quant)
+    token_map, ranked = _static_or_ranked(token_map, token_map_size, auto_size, vocab_size, vocab_size)
+    return DraftModelDrafter(draft, token_map, **context, ranked=ranked, head_quant=head_quant)
 
 
 def build_generator(
     target: torch.nn.Module,
     draft: torch.nn.Module | Drafter | None = None,
     token_map: TokenMap | None = None,
-    num_spec_tokens: int = 4,
+    num_spec_tokens: int | str | None = None,
     tokenizer=None,
     eagle: EagleHead | str | os.PathLike | None = None,
     tree: TreeShape | None = None,
     context_rows: int = 0,
     context_budget: str = "fixed",
+    token_map_size: int | str | None = None,
+    costs: StepCosts | None = None,
     draft_head_quant: str | None = None,
 ) -> SpeculativeGenerator:
     """A generator for the usual methods: vanilla (no draft), draft model, or draft model + FR-Spec token map;
     or an EAGLE head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a map;
-    or a drafter built already (`build_drafter`), shared by several generators.
+    an MTP head (models/mtp.py `load_mtp_head`) is given as `eagle` too and drafts through an MtpDrafter; or a
+    drafter built already (`build_drafter`), which several generators may share.
 
     `tree` drafts token trees (chain, static or dynamic, see TreeShape) instead of num_spec_tokens chains.
     `context_rows` > 0 makes the drafter's vocabulary context-aware (vocab/context_vocab.py): the map's rows plus
     up to that many rows for the request's prompt and accepted tokens, within the map's k rows
     (`context_budget="fixed"`) or added to them ("additive"); it needs a token map and a drafter built here.
-    `draft_head_quant` quantizes a draft model's drafter head (build_drafter's head_quant).
     Every check (depth, vocabularies, map size) runs before the drafter's DraftVocab copies any LM-head rows. Models
     and heads are shared, never modified: several generators may draft with one draft model or EAGLE head.
+    `draft_head_quant` ("int4", "int8") quantizes a draft model's drafter head once its rows are selected.
+
+    Automatic choice (decode/controller.py): with a drafter and neither `num_spec_tokens` nor `tree`, the draft
+    length (0 = plain decoding) is chosen per step, and so is the map size unless `token_map_size` is given: the
+    token map is then a frequency ranking and the drafter's head is ranked (vocab/ranked_vocab.py), serving every
+    size from one copy. `token_map_size="auto"` chooses the size under an explicit length or tree too; an integer
+    fixes it (the first N ids of the map; the head's full size: no map). The choice needs this machine's step
+    costs: `costs` (e.g. from a `frspec tune` config), else they are measured once per machine and model pair and
+    cached (decode/cost_measure.py).
     """
-    check_num_spec_tokens(num_spec_tokens)
+    auto_length = num_spec_tokens is None or (isinstance(num_spec_tokens, str)
+                                             and num_spec_tokens.strip().lower() == "auto")
+    if isinstance(num_spec_tokens, str) and not auto_length:
+        raise FrspecError(f"num_spec_tokens must be an integer >= 1 or 'auto', got {num_spec_tokens!r}")
+    if not auto_length:
+        check_num_spec_tokens(num_spec_tokens)
+    if tree is not None:
+        auto_length = False
+    auto_size = _check_map_size(token_map_size, token_map, draft, eagle)
+    if auto_size is None:
+        auto_size = auto_length and token_map is not None and token_map_size is None and not context_rows
     if isinstance(draft, Drafter):
         if context_rows:
             raise FrspecError("give the context rows to the drafter itself, not to build_generator")
@@ -89,7 +124,72 @@ def build_generator(
         if token_map is not None:
             raise FrspecError("give the token map to the drafter itself, not to build_generator")
         drafter = draft
+        if isinstance(token_map_size, int) and not isinstance(token_map_size, bool):
+            drafter.vocab.set_size(token_map_size)  # a static vocabulary refuses: only a ranked one has sizes
     else:
         drafter = build_drafter(target, draft, token_map, tokenizer, eagle, context_rows, context_budget,
-                                draft_head_quant)
-    return SpeculativeGenerator(target, drafter, tokenizer, num_spec_tokens, tree)
+                                token_map_size, auto_size, draft_head_quant)
+    # SpeculativeGenerator's chain when no tree and no controller gives the shape (with a tree it is unused).
+    chain = num_spec_tokens if isinstance(num_spec_tokens, int) else 4
+    if drafter is None or not (auto_length or auto_size):
+        return SpeculativeGenerator(target, drafter, tokenizer, chain, tree)
+    vocab = drafter.vocab
+    full = vocab.full_size if vocab.is_ranked else None
+    if auto_size and full is not None:
+        sizes = default_map_sizes(full, vocab.ranked_size)
+    else:
+        sizes = (vocab.size,)
+    if auto_length:
+        settings = ControllerSettings(sizes=sizes)
+    elif tree is not None and tree.kind != "chain":
+        settings = ControllerSettings(sizes=sizes, shape=tree, allow_plain=False)
+    else:
+        settings = ControllerSettings(sizes=sizes, depths=((tree.depth if tree is not None else num_spec_tokens),))
+    if costs is None:
+        costs = cached_step_costs(target, drafter, settings.sizes, _max_rows(settings), settings.shape)
+    return SpeculativeGenerator(target, drafter, tokenizer, chain, tree, controller=settings, costs=costs)
+
+
+def _max_rows(settings: ControllerSettings) -> int:
+    """The most rows a step's target forward can have under `settings`."""
+    if settings.shape is not None:
+        return settings.shape.max_drafts + 1
+    return settings.max_depth + 1
+
+
+def _check_map_size(token_map_size, token_map: TokenMap | None, draft, eagle) -> bool | None:
+    """True for "auto", False for an integer size, None when not given; refuses bad values."""
+    if token_map_size is None:
+        return None
+    if isinstance(token_map_size, str):
+        if token_map_size.strip().lower() != "auto":
+            raise FrspecError(f"token_map_size must be an integer >= 1 or 'auto', got {token_map_size!r}")
+        if draft is None and eagle is None:
+            raise FrspecError("a map size restricts a drafter's LM head: give a draft model or an EAGLE head")
+        return True
+    if isinstance(token_map_size, bool) or not isinstance(token_map_size, int) or token_map_size < 1:
+        raise FrspecError(f"token_map_size must be an integer >= 1 or 'auto', got {token_map_size!r}")
+    if token_map is None and not isinstance(draft, Drafter):
+        raise FrspecError("a map size takes the first N ids of a token map: give one (--token-map)")
+    return False
+
+
+def _static_or_ranked(token_map: TokenMap | None, token_map_size, auto_size: bool, head_rows: int,
+                      vocab_size: int) -> tuple[TokenMap | None, bool]:
+    """(the map the drafter gets, whether its head is ranked): a ranked head for automatic sizes; for a fixed size
+    the map's first N ids (N = the head's whole vocabulary: no map); otherwise the map as given."""
+    if token_map is None:
+        return None, False
+    if auto_size:
+        return token_map, True
+    if isinstance(token_map_size, int) and not isinstance(token_map_size, bool):
+        if token_map_size >= head_rows and token_map_size >= min(vocab_size, head_rows):
+            if token_map_size > head_rows:
+                raise FrspecError(f"map size {token_map_size} exceeds the drafter's {head_rows}-row head")
+            return None, False  # the whole head: no map
+        if token_map_size > token_map.k:
+            raise FrspecError(f"map size {token_map_size} exceeds the token map's {token_map.k} ids (the head's "
+                              f"{head_rows} rows mean no map)")
+        return TokenMap(token_map.ids[:token_map_size], token_map.vocab_size, dict(token_map.metadata),
+                        None if token_map.counts is None else token_map.counts[:token_map_size]), False
+    return token_map, False

@@ -37,6 +37,10 @@ class GenerationStats:
     draft_time_s: float = 0.0  # drafter time spent proposing
     draft_lm_head_time_s: float = 0.0  # of which in its LM head (matmul and turning logits into a token)
     wall_time_s: float = 0.0  # the whole request, prefill included
+    # With the per-request controller (decode/controller.py): decode steps per chosen draft length ([0]: plain
+    # steps) and speculative steps per chosen map size; empty without it.
+    chosen_depth_histogram: list[int] = field(default_factory=list)
+    chosen_map_sizes: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def aggregate(cls, items: Iterable[GenerationStats]) -> GenerationStats:
@@ -49,6 +53,8 @@ class GenerationStats:
                     setattr(total, f.name, max(a, b))
                 elif isinstance(a, str):
                     setattr(total, f.name, a or b)
+                elif isinstance(a, dict):
+                    setattr(total, f.name, {key: a.get(key, 0) + b.get(key, 0) for key in sorted({*a, *b})})
                 elif isinstance(a, list):
                     width = max(len(a), len(b))
                     a, b = a + [0] * (width - len(a)), b + [0] * (width - len(b))
@@ -72,6 +78,14 @@ class GenerationStats:
             self.accepted_depth_histogram.extend([0] * (accepted + 1 - len(self.accepted_depth_histogram)))
         self.accepted_depth_histogram[accepted] += 1
         self.draft_tokens += draft_tokens
+
+    def record_choice(self, depth: int, map_size: int) -> None:
+        """Count the controller's choice for one decode step: its draft length and, drafting, its map size."""
+        if len(self.chosen_depth_histogram) <= depth:
+            self.chosen_depth_histogram.extend([0] * (depth + 1 - len(self.chosen_depth_histogram)))
+        self.chosen_depth_histogram[depth] += 1
+        if depth:
+            self.chosen_map_sizes[map_size] = self.chosen_map_sizes.get(map_size, 0) + 1
 
     @property
     def acceptance_length(self) -> float | None:
@@ -154,6 +168,10 @@ class GenerationStats:
         if self.tree:
             hist = "/".join(str(c) for c in self.accepted_depth_histogram)
             parts.append(f"tree {self.tree}, accepted depths 0/1/.. {hist}")
+        if self.chosen_depth_histogram:
+            depths = "/".join(str(c) for c in self.chosen_depth_histogram)
+            sizes = ", ".join(f"{k}: {n}" for k, n in sorted(self.chosen_map_sizes.items()))
+            parts.append(f"auto: steps per draft length 0/1/.. {depths}, per map size {{{sizes}}}")
         if self.num_spec_tokens:
             parts.append(f"forward ratio {fmt(self.forward_ratio, '.3f')}")
             parts.append(f"draft LM head share {fmt(self.lm_head_share, '.1%')}")

@@ -10,7 +10,8 @@ that. A step:
               branching tree with a tree attention mask and tree positions;
     verify    the one verifier (verify.py) picks the accepted path and the target's next token;
     cache     the target cache keeps the accepted path (a crop when the path is a prefix of node order, which a
-              chain's always is; a gather otherwise: kv_cache.py);
+              chain's always is; a gather otherwise: kv_cache.py); a hybrid target's linear-attention layers take
+              the states recorded at the path's last node (hybrid_target.py);
     hidden    a drafter that reads the target's hidden states gets those of the accepted path, from this same
               forward (no extra target forward);
     rollback  the drafter cuts its own state back to the new committed length.
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from frspec.decode.drafter import Drafter
+from frspec.decode.hybrid_target import hybrid_target_forward, is_hybrid, keep_hybrid_path
 from frspec.decode.kv_cache import enable_rollback, keep_path, new_cache
 from frspec.decode.sampling import SamplingParams, make_generator
 from frspec.decode.timing import now
@@ -98,16 +100,23 @@ def decode_step(
     n = state.length
     past = n - 1  # the target cache holds everything but the pending token, the tree's root
     # Drafts beyond the token budget could never be emitted: draft at most remaining - 1 (the target adds one).
-    depth = 0 if drafter is None else min(shape.depth, remaining - 1)
+    # shape None with a drafter: a plain step inside a speculative request (the controller chose not to draft).
+    depth = 0 if drafter is None or shape is None else min(shape.depth, remaining - 1)
     if depth >= 1:
         tree = drafter.propose(state.buf[:, :n], shape.with_depth(depth), state.sampling, state.generator)
     else:
         depth, tree = 0, TokenTree.from_root(int(state.buf[0, n - 1]))
     start = now(device)
-    out = _target_forward(target, tree, state.cache, past, hidden_layers)
+    if is_hybrid(target):  # linear-attention layers: per-node states, restored below (hybrid_target.py)
+        out, linear_states = hybrid_target_forward(target, tree, state.cache, past, hidden_layers)
+    else:
+        out, linear_states = _target_forward(target, tree, state.cache, past, hidden_layers), None
     target_time = now(device) - start
     verdict = verify(tree, out.logits[0], state.sampling, state.generator)
-    keep_path(state.cache, past, verdict.path)
+    if linear_states is not None:
+        keep_hybrid_path(state.cache, past, verdict.path, linear_states)
+    else:
+        keep_path(state.cache, past, verdict.path)
     if hidden_layers is not None:
         drafter.observe_target(out.hidden_states, torch.tensor(verdict.path, device=device))
     new = verdict.tokens

@@ -67,13 +67,14 @@ class EagleHead(nn.Module):
         return int(self.embed_tokens.num_embeddings)
 
     def draft_vocab(self, token_map: TokenMap | None = None, context_rows: int = 0,
-                    context_budget: str = "fixed") -> DraftVocab:
+                    context_budget: str = "fixed", ranked: bool = False) -> DraftVocab:
         """A new DraftVocab over this head's LM head, restricted to `token_map` when given (the head is untouched);
         with `context_rows` a ContextVocab (vocab/context_vocab.py) whose request rows are only tokens this head
-        can score (EAGLE-3: its d2t vocabulary)."""
+        can score (EAGLE-3: its d2t vocabulary); with `ranked` a RankedVocab: the whole head in the map's rank
+        order, its size chosen per step (vocab/ranked_vocab.py)."""
         return build_draft_vocab(self.lm_head.weight, getattr(self.lm_head, "bias", None), token_map,
                                  head_to_target=self.head_to_target, vocab_size=self.target_vocab_size,
-                                 context_rows=context_rows, context_budget=context_budget)
+                                 context_rows=context_rows, context_budget=context_budget, ranked=ranked)
 
     def new_cache(self) -> DynamicCache:
         return DynamicCache()

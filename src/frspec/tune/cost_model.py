@@ -15,47 +15,15 @@ and costs target(k + 1) + k * draft_cost.
 
 from __future__ import annotations
 
-import time
-from typing import Iterable, Mapping
+from typing import Mapping
 
 import torch
+
+from frspec.decode.step_costs import measure_row_costs  # the engine's controller measures with it too
 
 # Per-draft acceptance assumed when a chain length is chosen before anything is decoded: the committed bf16 quick
 # bench accepted 2.82 tokens per step with 3 drafts of the 0.5B draft, (1 - a^4) / (1 - a) = 2.82 at a = 0.72.
 ASSUMED_ACCEPTANCE = 0.72
-
-
-@torch.inference_mode()
-def measure_row_costs(model: torch.nn.Module, rows: Iterable[int] = range(1, 17), context: int = 128,
-                      repeats: int = 5, warmup: int = 2) -> dict[int, float]:
-    """Median seconds of one forward of `model` over n new rows after a `context`-token KV cache, for each n.
-
-    The cache is cut back to `context` after every forward, so each one sees the same state, as a decode step
-    of the engine does.
-    """
-    from frspec.decode.kv_cache import enable_rollback, new_cache, truncate_cache
-
-    device = next(model.parameters()).device
-    vocab = int(model.config.vocab_size)
-    gen = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
-    cache = new_cache(model)
-    model(input_ids=prefix, cache=cache, use_cache=True)
-    enable_rollback(cache)
-    costs = {}
-    for n in rows:
-        ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
-        times = []
-        for i in range(warmup + repeats):
-            start = time.perf_counter()
-            model(input_ids=ids, cache=cache, use_cache=True)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-            truncate_cache(cache, context)
-        costs[n] = sorted(times)[len(times) // 2]
-    return costs
 
 
 def expected_tokens(k: int, acceptance: float) -> float:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from frspec.decode.step_costs import StepCosts
 from frspec.decode.tree_shape import TreeShape
 
 # Ranks are recorded up to this (the widest static tree the tuner tries branches 3 ways); OUTSIDE = not in the top.
@@ -146,30 +147,6 @@ def candidates(map_sizes: Sequence[int], target_costs: Mapping[int, float],
     return out
 
 
-def _level_widths(shape: TreeShape) -> list[int]:
-    """Rows of each draft forward in one step: the root's (one row), then one forward per expanded level."""
-    if shape.kind == "chain":
-        return [1] * shape.depth
-    return [1] + [shape.branching ** level for level in range(1, shape.depth)]
-
-
-def _lookup(costs: Mapping[int, float], n: int) -> float:
-    """costs[n], or a linear extrapolation from the two largest measured row counts (never below the largest)."""
-    if n in costs:
-        return costs[n]
-    xs = sorted(costs)
-    if n < xs[0]:
-        return costs[xs[0]]
-    lo = max(x for x in xs if x < n)
-    hi = min((x for x in xs if x > n), default=None)
-    if hi is None:
-        if len(xs) < 2:
-            return costs[lo]
-        a, b = xs[-2], xs[-1]
-        return max(costs[b], costs[b] + (costs[b] - costs[a]) / (b - a) * (n - b))
-    return costs[lo] + (costs[hi] - costs[lo]) * (n - lo) / (hi - lo)
-
-
 def predict(candidate: Candidate, m: Measurements) -> Prediction:
     """Expected tokens per step and step cost of one configuration (see the module docstring)."""
     if candidate.shape is None:
@@ -179,11 +156,16 @@ def predict(candidate: Candidate, m: Measurements) -> Prediction:
     if shape.kind == "dynamic":
         raise ValueError("dynamic trees keep nodes by off-path scores the replay does not record")
     per_step, per_position = acceptance(m.ranks[candidate.map_size], shape)
-    heads = m.head_costs[candidate.map_size]
-    draft = sum(_lookup(m.draft_base_costs, w) + _lookup(heads, w) + m.draft_forward_overhead_s
-                for w in _level_widths(shape))
-    target = _lookup(m.target_costs, shape.max_drafts + 1)
-    return Prediction(candidate, per_step, target + draft + m.step_overhead_s, target, draft, per_position)
+    costs = step_costs(m)
+    draft = costs.draft_time_s(shape, candidate.map_size)
+    target = costs.target(shape.max_drafts + 1)
+    return Prediction(candidate, per_step, costs.step_time_s(shape, candidate.map_size), target, draft, per_position)
+
+
+def step_costs(m: Measurements) -> StepCosts:
+    """The measured costs as the engine's cost model (decode/step_costs.py), which the controller decides with."""
+    return StepCosts(m.target_costs, m.draft_base_costs, m.head_costs, m.step_overhead_s,
+                     m.draft_forward_overhead_s, m.vanilla_overhead_s)
 
 
 def rank_predictions(m: Measurements, cands: Sequence[Candidate]) -> list[Prediction]:

@@ -10,27 +10,36 @@ pyproject.toml. It does nothing unless a token map is configured:
     FRSPEC_CONTEXT_BUDGET=fixed|additive     the N rows displace the map's least frequent ones (fixed, default) or
                                              come on top of the map (additive)
 
-With a map, for `draft_model`, `eagle` (EAGLE-1/2) and `eagle3` speculation:
+With a map, for `draft_model`, `eagle` (EAGLE-1/2), `eagle3` and `mtp` speculation, on vLLM's V1 and V2 runners:
+  - `register()` refuses a vLLM that lacks a symbol the plugin uses (internals.py), in one line;
   - at startup (`LLM(...)`, `vllm serve`), before any request: the map is checked against the target's vocabulary
-    and tokenizer, and unsupported setups (MTP, n-gram, other drafters) are refused, each with one FrspecError line;
-  - when the drafter is loaded: its LM head is replaced, for drafting only, by a pruned copy of the map's rows
-    (EAGLE-3: the head's rows whose d2t target ids are in the map, in map order); drafted indices are mapped to
-    target ids. The target model, its LM head and everything else in vLLM are untouched.
+    and tokenizer, and unsupported setups (n-gram, other drafters, draft_lm_head_quantization, ...) are refused,
+    each with one FrspecError line (startup_check.py);
+  - when vLLM loads the draft model: its logits processor is replaced by the map rows' GEMM scattered into a row of
+    -inf (pruned_logits.py, drafter_hook.py; EAGLE-3: the head's rows whose d2t target ids are in the map), from a
+    copy of the rows of the LM head it calls. The target model, its LM head and everything else are untouched;
+  - every worker confirms the pruned head before serving, or the engine stops with one line (worker_check.py).
 """
 
 from __future__ import annotations
 
 
 def register() -> None:
-    """vLLM's entry point: install the startup check and the drafter hook (both return at once without a map)."""
-    from frspec.vllm_plugin.batch_context import hook_runner_drafting
-    from frspec.vllm_plugin.drafter_hook import hook_drafter_loading
+    """vLLM's entry point: check that this vLLM has every symbol the plugin uses, then install the start-up check,
+    the drafter install and the workers' confirmation (nothing without a map)."""
     from frspec.vllm_plugin.settings import context_setting, token_map_path
-    from frspec.vllm_plugin.startup_check import hook_engine_config
 
     if token_map_path() is None:
         return  # no map: nothing of vLLM is changed, nothing is imported
+    from frspec.vllm_plugin import internals
+    from frspec.vllm_plugin.batch_context import hook_runner_drafting
+    from frspec.vllm_plugin.drafter_hook import hook_model_loading
+    from frspec.vllm_plugin.startup_check import hook_engine_config
+    from frspec.vllm_plugin.worker_check import hook_runner_loading
+
+    internals.check_vllm()
     hook_engine_config()
-    hook_drafter_loading()
+    hook_model_loading()
+    hook_runner_loading()
     if context_setting() is not None:
         hook_runner_drafting()

@@ -16,7 +16,6 @@ tokens), so reading them costs no device synchronisation.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -53,20 +52,17 @@ class BatchContextRows:
 
 
 def hook_runner_drafting() -> None:
-    """Update a context-aware drafter's rows before the runner asks it for drafts (idempotent; runners whose
-    drafter has no `frspec_context` are unaffected)."""
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    """Update a context-aware drafter's rows before the V1 runner asks it for drafts (idempotent; runners whose
+    drafter has no `frspec_context` are unaffected). V2 runners are refused at start-up (startup_check.py)."""
+    from frspec.vllm_plugin import internals
 
-    original = GPUModelRunner.propose_draft_token_ids
-    if getattr(original, "_frspec_hooked", False):
-        return
+    def make(original):
+        def propose_draft_token_ids(self, *args, **kwargs):
+            rows = getattr(getattr(self, "drafter", None), "frspec_context", None)
+            if rows is not None:
+                rows.update_from(self.input_batch)
+            return original(self, *args, **kwargs)
 
-    @functools.wraps(original)
-    def propose_draft_token_ids(self, *args, **kwargs):
-        rows = getattr(getattr(self, "drafter", None), "frspec_context", None)
-        if rows is not None:
-            rows.update_from(self.input_batch)
-        return original(self, *args, **kwargs)
+        return propose_draft_token_ids
 
-    propose_draft_token_ids._frspec_hooked = True
-    GPUModelRunner.propose_draft_token_ids = propose_draft_token_ids
+    internals.patch_method("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.propose_draft_token_ids", make)

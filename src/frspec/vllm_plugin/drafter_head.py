@@ -27,9 +27,16 @@ class DrafterHead(nn.Module):
 
     def __init__(self, vocab: DraftVocab, vocab_size: int, gathered_target_ids: torch.Tensor | None = None,
                  width: int | None = None, gather_index: torch.Tensor | None = None,
-                 all_gather: Callable[[torch.Tensor], torch.Tensor] | None = None):
+                 all_gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 gathered_rows: torch.Tensor | None = None, n_rows: int | None = None):
         super().__init__()
         self.vocab = vocab
+        # The head's own row space (what vLLM's LogitsProcessor returns: EAGLE-3's draft vocabulary, else the target
+        # vocabulary): `n_rows` wide, the kept columns at `rows`.
+        self.n_rows = int(vocab_size if n_rows is None else n_rows)
+        self.register_buffer("gathered_rows", None if gathered_rows is None else gathered_rows.clone(),
+                             persistent=False)
+        self._row_logits: dict[tuple, torch.Tensor] = {}  # one [N, n_rows] output per shape, allocated once
         # The engine's own GEMM for `vocab.head` (vLLM on CPU: a prepacked oneDNN kernel, as for the full head);
         # None: `vocab.logits`.
         self.matmul: Callable[[torch.Tensor], torch.Tensor] | None = None
@@ -43,6 +50,11 @@ class DrafterHead(nn.Module):
     @property
     def target_ids(self) -> torch.Tensor:
         return self.vocab.target_ids if self.gathered_target_ids is None else self.gathered_target_ids
+
+    @property
+    def rows(self) -> torch.Tensor:
+        """The kept rows of the head (global indices, map order; a ContextVocab's change with the batch)."""
+        return self.vocab.rows if self.gathered_rows is None else self.gathered_rows
 
     @property
     def size(self) -> int:
@@ -83,6 +95,20 @@ class DrafterHead(nn.Module):
         full[..., self.target_ids] = kept
         return full
 
+    def row_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[N, n_rows] logits as vLLM's LogitsProcessor returns them for this head: the kept rows' scores, -inf
+        elsewhere. Graph-safe: no host sync, no data-dependent shape or branch; the output for each shape is
+        allocated once (a captured graph replays into the same memory) and refilled with -inf on every call, as
+        samplers may scale or overwrite it in place. A caller gets the same tensor back on the next call with the
+        same shape (vLLM's drafters consume the logits of a step before the next one)."""
+        kept = self.kept_logits(hidden)
+        key = (tuple(kept.shape[:-1]), kept.dtype, kept.device)
+        out = self._row_logits.get(key)
+        if out is None:
+            out = self._row_logits[key] = kept.new_empty((*kept.shape[:-1], self.n_rows))
+        out.fill_(float("-inf"))
+        return out.index_copy_(out.dim() - 1, self.rows, kept)
+
     def extra_repr(self) -> str:
         return f"kept={self.size}, vocab_size={self.vocab_size}, rank_rows={self.vocab.size}"
 
@@ -111,16 +137,17 @@ def build_drafter_head(
                               f"parallelism over {len(shard_ranges)} ranks")
         vocab = ContextVocab.build(weight[:n_rows], None if bias is None else bias[:n_rows], token_map,
                                    head_to_target, vocab_size, extra_rows=context.extra_rows, budget=context.budget)
-        return DrafterHead(vocab, vocab_size)
+        return DrafterHead(vocab, vocab_size, n_rows=n_rows)
     device = weight.device
     rows, target_ids = kept_rows(token_map, n_rows, vocab_size, head_to_target, device=device)
     if one_rank:
         vocab = DraftVocab(weight, vocab_size, rows=rows, target_ids=target_ids, bias=bias, token_map=token_map)
-        return DrafterHead(vocab, vocab_size)
+        return DrafterHead(vocab, vocab_size, n_rows=n_rows)
     part = select_shard_rows(rows, target_ids, shard_ranges, rank)
     vocab = DraftVocab(weight, vocab_size, rows=part.local_rows, target_ids=part.target_ids, bias=bias,
                        token_map=token_map)
-    return DrafterHead(vocab, vocab_size, target_ids, part.width, part.gather_index, all_gather)
+    return DrafterHead(vocab, vocab_size, target_ids, part.width, part.gather_index, all_gather, gathered_rows=rows,
+                       n_rows=n_rows)
 
 
 def vllm_shard_ranges(lm_head: Any) -> list[tuple[int, int]]:

@@ -1,11 +1,10 @@
-"""The worker's hook: after vLLM loads a drafter (SpecDecodeBaseProposer.load_model, which draft_model, EAGLE and
-EAGLE-3 proposers share), give that proposer an FR-Spec head and route its drafting through it.
+"""The install: when vLLM loads the speculative config's draft model (its model-loading entry,
+BaseModelLoader.load_model, whatever runner, proposer or speculator asks for it), its LogitsProcessor modules are
+replaced by FR-Spec's (pruned_logits.py); the pruned rows are built from the LM head the model calls, so after vLLM
+shared the target's head with an EAGLE-1/2 or MTP drafter, the rows are a copy of the target's. The worker then
+confirms the head is in place before serving (worker_check.py).
 
-Only the proposer instance and its own draft-model object are changed: `_greedy_sample` and `_sample_draft_tokens`
-(the proposer's two ways of turning a hidden state into draft tokens, and probabilities for rejection sampling)
-and the draft model's `compute_logits`. The LM-head module is never modified; an EAGLE-1/2 head that shares the
-target's LM head gets a pruned copy of its rows, so the target's own head and forward are untouched. Every
-per-step operation is a device op (matmul, argmax, index): no host-device synchronisation is added.
+Nothing else of vLLM is changed: not the LM-head module, not the target model, not the proposer.
 """
 
 from __future__ import annotations
@@ -16,33 +15,29 @@ from typing import Any
 import torch
 
 from frspec.errors import FrspecError
-from frspec.vllm_plugin.batch_context import BatchContextRows
+from frspec.vllm_plugin import internals
 from frspec.vllm_plugin.drafter_head import DrafterHead, build_drafter_head, vllm_shard_ranges
-from frspec.vllm_plugin.settings import ContextSetting, context_setting, load_configured_map, token_map_path
-from frspec.vllm_plugin.startup_check import SUPPORTED_METHODS
+from frspec.vllm_plugin.pruned_logits import attach_pruned_logits
+from frspec.vllm_plugin.settings import context_setting, load_configured_map, token_map_path
 
-
-def drafter_model(proposer: Any) -> Any:
-    model = proposer.model
-    return model.unwrap() if hasattr(model, "unwrap") else model
-
-
-def head_for(model: Any, context: ContextSetting | None = None) -> DrafterHead:
-    """The FR-Spec head for a loaded vLLM draft model (or EAGLE head) and the configured map (context-aware with
-    `context`)."""
-    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
-
-    lm_head, processor = model.lm_head, model.logits_processor
-    if not isinstance(getattr(lm_head, "quant_method", None), UnquantizedEmbeddingMethod):
-        raise FrspecError("FR-Spec in vLLM needs an unquantized drafter LM head")
+def head_for(model: Any, lm_head: Any, processor: Any) -> DrafterHead:
+    """The FR-Spec head for one LM head of a loaded vLLM draft model (the head its `processor` is called with) and
+    the configured map (context-aware when FRSPEC_CONTEXT_ROWS is set)."""
+    embedding_method = internals.get("vllm.model_executor.layers.vocab_parallel_embedding",
+                                     "UnquantizedEmbeddingMethod")
+    if not isinstance(getattr(lm_head, "quant_method", None), embedding_method):
+        raise FrspecError("FR-Spec in vLLM needs an unquantized drafter LM head, got "
+                          f"{type(getattr(lm_head, 'quant_method', None)).__name__}")
     if processor.scale != 1.0 or processor.soft_cap is not None or processor.logits_as_input:
         raise FrspecError("FR-Spec in vLLM does not support drafters with scaled or soft-capped logits")
-    vocab_size = int(model.config.vocab_size)  # the target vocabulary (EAGLE-3: not its draft_vocab_size)
+    context = context_setting()
+    config = getattr(model, "config", None)
+    vocab_size = int(getattr(config, "vocab_size", processor.vocab_size))  # the target vocabulary (EAGLE-3 too)
     token_map = load_configured_map(vocab_size)
     n_rows = int(lm_head.org_vocab_size)
     d2t = getattr(model, "draft_id_to_target_id", None)
     head_to_target = None
-    if d2t is not None:  # EAGLE-3: head row i drafts target id i + d2t[i]
+    if d2t is not None and n_rows != vocab_size:  # EAGLE-3: head row i drafts target id i + d2t[i]
         head_to_target = torch.arange(n_rows, device=d2t.device) + d2t.detach().to(torch.long)
     elif n_rows != vocab_size:
         raise FrspecError(f"the drafter's LM head has {n_rows} rows but the vocabulary has {vocab_size} ids")
@@ -52,9 +47,7 @@ def head_for(model: Any, context: ContextSetting | None = None) -> DrafterHead:
         weight = weight.to(processor.head_dtype)  # vLLM's head_dtype override (e.g. an fp32 head)
     all_gather = None
     if lm_head.tp_size > 1:
-        from vllm.distributed import get_tp_group
-
-        group = lm_head.parallel_group or get_tp_group()
+        group = getattr(lm_head, "parallel_group", None) or internals.get("vllm.distributed", "get_tp_group")()
         all_gather = functools.partial(group.all_gather, dim=-1)
     head = build_drafter_head(
         weight, token_map, vocab_size, n_rows, shard_ranges=vllm_shard_ranges(lm_head), rank=lm_head.tp_rank,
@@ -64,74 +57,44 @@ def head_for(model: Any, context: ContextSetting | None = None) -> DrafterHead:
     # A context-aware head's rows change between steps: a prepacked copy of them would go stale, so it multiplies
     # with torch's own matmul over the live rows.
     head.matmul = None if context is not None else vllm_gemm(head.vocab.head)
+    internals.get("vllm.logger", "init_logger")("vllm.frspec").info(
+        "FR-Spec: %s scores %d of %d target ids (this rank: %d LM-head rows) from %s%s", type(model).__name__,
+        head.size, head.vocab_size, head.vocab.size, token_map_path(),
+        "" if context is None else f", context-aware: {context.extra_rows} rows for the batch's tokens "
+        f"({context.budget} budget)")
     return head
 
 
 def vllm_gemm(linear: torch.nn.Linear):
     """vLLM's GEMM for the pruned rows, set up as vLLM sets up an LM head (on CPU: a prepacked oneDNN or SGL
     kernel), so the pruned head is not slower per row than the full head it replaces. None for an empty shard."""
-    from vllm.model_executor.layers.utils import dispatch_unquantized_gemm
-    from vllm.platforms import current_platform
-
     if linear.weight.shape[0] == 0:
         return None
-    if current_platform.is_cpu():
-        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
-
-        dispatch_cpu_unquantized_gemm(linear, remove_weight=False)
-    gemm = dispatch_unquantized_gemm()
+    if internals.get("vllm.platforms", "current_platform").is_cpu():
+        internals.get("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm")(linear, remove_weight=False)
+    gemm = internals.get("vllm.model_executor.layers.utils", "dispatch_unquantized_gemm")()
     return lambda x: gemm(linear, x, linear.weight, linear.bias)
 
 
-def install(proposer: Any) -> DrafterHead:
-    """Route the proposer's drafting through an FR-Spec head; returns the head (also `proposer.frspec_head`)."""
-    if proposer.method not in SUPPORTED_METHODS:
-        raise FrspecError(f"FR-Spec in vLLM supports {', '.join(SUPPORTED_METHODS)} drafters, not {proposer.method!r}")
-    if proposer.use_heterogeneous_vocab or proposer.use_local_argmax_reduction:
-        raise FrspecError("FR-Spec in vLLM does not support use_heterogeneous_vocab or use_local_argmax_reduction")
-    model = drafter_model(proposer)
-    context = context_setting()
-    head = head_for(model, context)
-
-    def greedy_sample(hidden_states: torch.Tensor) -> torch.Tensor:
-        return head.to_target(head.kept_logits(hidden_states).argmax(dim=-1))
-
-    def sample_draft_tokens(hidden_states: torch.Tensor, sampling_metadata: Any):
-        if not proposer._enable_probabilistic_draft_probs or sampling_metadata.all_greedy:
-            return greedy_sample(hidden_states), None
-        # vLLM's own draft sampling (temperature, Gumbel noise), over the kept columns only.
-        idx, probs = proposer._sample_from_logits(head.kept_logits(hidden_states), sampling_metadata)
-        return head.to_target(idx), None if probs is None else head.to_full(probs)
-
-    proposer._greedy_sample = greedy_sample
-    proposer._sample_draft_tokens = sample_draft_tokens
-    model.compute_logits = head.full_logits  # any other caller of the drafter's logits sees the pruned head too
-    proposer.frspec_head = head
-    if context is not None:
-        proposer.frspec_context = BatchContextRows(head.vocab)  # updated by the runner hook between steps
-    from vllm.logger import init_logger
-
-    init_logger("vllm.frspec").info(
-        "FR-Spec: %s drafter scores %d of %d target ids (this rank: %d LM-head rows) from %s%s",
-        proposer.method, head.size, head.vocab_size, head.vocab.size, token_map_path(),
-        "" if context is None else f", context-aware: {context.extra_rows} rows for the batch's tokens "
-        f"({context.budget} budget)")
-    return head
+def is_draft_model(vllm_config: Any, model_config: Any) -> bool:
+    """Whether a load is the speculative config's draft model (the same config object vLLM made for it)."""
+    spec = getattr(vllm_config, "speculative_config", None)
+    draft_config = getattr(spec, "draft_model_config", None)
+    return draft_config is not None and (model_config or vllm_config.model_config) is draft_config
 
 
-def hook_drafter_loading() -> None:
-    """Install FR-Spec on every drafter vLLM loads while a map is configured (idempotent)."""
-    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+def hook_model_loading() -> None:
+    """Give every draft model vLLM loads, while a map is configured, the FR-Spec logits (idempotent)."""
 
-    original = SpecDecodeBaseProposer.load_model
-    if getattr(original, "_frspec_hooked", False):
-        return
+    def make(original):
+        def load_model(self, vllm_config, model_config=None, *args, **kwargs):
+            model = original(self, vllm_config, model_config, *args, **kwargs)
+            if token_map_path() is not None and is_draft_model(vllm_config, model_config):
+                if attach_pruned_logits(model, functools.partial(head_for, model)) == 0:
+                    raise FrspecError(f"FR-Spec in vLLM cannot prune {type(model).__name__}: its logits do not go "
+                                      "through vLLM's LogitsProcessor (unset FRSPEC_TOKEN_MAP)")
+            return model
 
-    @functools.wraps(original)
-    def load_model(self, target_model):
-        original(self, target_model)
-        if token_map_path() is not None:
-            install(self)
+        return load_model
 
-    load_model._frspec_hooked = True
-    SpecDecodeBaseProposer.load_model = load_model
+    internals.patch_method("vllm.model_executor.model_loader.base_loader", "BaseModelLoader.load_model", make)

@@ -4,18 +4,19 @@ starts or any request runs."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from frspec.errors import FrspecError
+from frspec.vllm_plugin import internals
 from frspec.vllm_plugin.settings import (
     CONTEXT_ROWS_ENV, TOKEN_MAP_ENV, context_setting, load_configured_map, token_map_path, warn_if_length_differs,
 )
 from frspec.vocab.context_vocab import ContextSlots
 from frspec.vocab.token_map import TokenMap
 
-# Drafters that score their next token with an LM head this plugin can prune.
-SUPPORTED_METHODS = ("draft_model", "eagle", "eagle3")
+# Drafters that score their next token through a vLLM LogitsProcessor and an LM head this plugin can prune: a draft
+# model, EAGLE-1/2 and MTP layers (both usually sharing the target's head), EAGLE-3 (its own reduced-vocabulary head).
+SUPPORTED_METHODS = ("draft_model", "eagle", "eagle3", "mtp")
 
 
 def check_engine_config(vllm_config: Any) -> None:
@@ -27,11 +28,6 @@ def check_engine_config(vllm_config: Any) -> None:
     if spec is None:
         raise FrspecError(f"{TOKEN_MAP_ENV} is set but vLLM has no speculative decoding configured "
                           "(--speculative-config): FR-Spec restricts a drafter's LM head, so it needs a drafter")
-    if spec.method == "mtp":
-        raise FrspecError(
-            "FR-Spec in vLLM supports draft_model, eagle and eagle3 drafters, not MTP: an MTP layer's logits come "
-            f"from the target's shared head inside the layer, which this plugin does not prune (unset {TOKEN_MAP_ENV})"
-        )
     if spec.method not in SUPPORTED_METHODS:
         raise FrspecError(f"FR-Spec in vLLM supports {', '.join(SUPPORTED_METHODS)} drafters, not "
                           f"{spec.method!r}, which has no LM head to prune (unset {TOKEN_MAP_ENV})")
@@ -41,7 +37,15 @@ def check_engine_config(vllm_config: Any) -> None:
     if spec.use_local_argmax_reduction:
         raise FrspecError("use_local_argmax_reduction replaces the draft logits FR-Spec prunes; unset it to use a "
                           "token map")
+    if getattr(spec, "draft_lm_head_quantization", None) is not None:
+        raise FrspecError(f"FR-Spec and draft_lm_head_quantization={spec.draft_lm_head_quantization!r} both shrink the "
+                          "drafter's LM head; use one of them (unset draft_lm_head_quantization or "
+                          f"{TOKEN_MAP_ENV})")
     context = context_setting()
+    if context is not None and runner_name(vllm_config) != "V1":
+        raise FrspecError(f"context-aware drafting ({CONTEXT_ROWS_ENV}) updates the drafter's rows between steps, "
+                          f"which only vLLM's V1 model runner lets it do; this engine runs {runner_name(vllm_config)} "
+                          f"(unset {CONTEXT_ROWS_ENV}, or set VLLM_USE_V2_MODEL_RUNNER=0)")
     if context is not None and vllm_config.parallel_config.tensor_parallel_size > 1:
         raise FrspecError(f"context-aware drafting ({CONTEXT_ROWS_ENV}) supports one rank, not tensor parallelism "
                           f"over {vllm_config.parallel_config.tensor_parallel_size} ranks (unset {CONTEXT_ROWS_ENV})")
@@ -50,6 +54,11 @@ def check_engine_config(vllm_config: Any) -> None:
         # The budget's own refusals (e.g. more rows than a fixed budget can free), here rather than in a worker.
         ContextSlots(token_map.ids, token_map.vocab_size, context.extra_rows, context.budget,
                      keep=token_map.metadata.get("kept_tokens", {}).values())
+
+
+def runner_name(vllm_config: Any) -> str:
+    """V1 or V2: the model runner this engine's workers use."""
+    return "V2" if vllm_config.use_v2_model_runner else "V1"
 
 
 def check_map_fits_target(model_config: Any) -> TokenMap:
@@ -66,17 +75,13 @@ def check_map_fits_target(model_config: Any) -> TokenMap:
 
 def hook_engine_config() -> None:
     """Run `check_engine_config` on every configuration EngineArgs creates (idempotent)."""
-    from vllm.engine.arg_utils import EngineArgs
 
-    original = EngineArgs.create_engine_config
-    if getattr(original, "_frspec_hooked", False):
-        return
+    def make(original):
+        def create_engine_config(self, *args, **kwargs):
+            config = original(self, *args, **kwargs)
+            check_engine_config(config)
+            return config
 
-    @functools.wraps(original)
-    def create_engine_config(self, *args, **kwargs):
-        config = original(self, *args, **kwargs)
-        check_engine_config(config)
-        return config
+        return create_engine_config
 
-    create_engine_config._frspec_hooked = True
-    EngineArgs.create_engine_config = create_engine_config
+    internals.patch_method("vllm.engine.arg_utils", "EngineArgs.create_engine_config", make)

@@ -31,6 +31,7 @@ from torch import nn
 
 from frspec.errors import FrspecError
 from frspec.vocab.draft_vocab import DraftVocab
+from frspec.vocab.ranked_vocab import RankedVocab
 from frspec.vocab.token_map import TokenMap
 
 BUDGETS = ("fixed", "additive")
@@ -324,10 +325,18 @@ def build_draft_vocab(
     vocab_size: int | None = None,
     context_rows: int = 0,
     context_budget: str = "fixed",
+    ranked: bool = False,
 ) -> DraftVocab:
     """A drafter's vocabulary: the static `DraftVocab` of `token_map` (or of the whole head), or with
-    `context_rows` > 0 a `ContextVocab` giving that many rows to the request's tokens under `context_budget`.
-    The one place every drafter (draft model, EAGLE head) makes this choice."""
+    `context_rows` > 0 a `ContextVocab` giving that many rows to the request's tokens under `context_budget`, or
+    with `ranked` a `RankedVocab` (vocab/ranked_vocab.py): the whole head in the map's rank order, whose size is
+    chosen per step. The one place every drafter (draft model, EAGLE head) makes this choice."""
+    if ranked:
+        if context_rows:
+            raise FrspecError("context rows extend one static map: give a fixed map size with --context-rows")
+        if token_map is None:
+            raise FrspecError("a ranked head needs a frequency ranking: give a token map")
+        return RankedVocab.build(weight, token_map, bias, head_to_target, vocab_size)
     if context_rows:
         return ContextVocab.build(weight, bias, token_map, head_to_target, vocab_size, extra_rows=context_rows,
                                   budget=context_budget)

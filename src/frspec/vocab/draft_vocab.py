@@ -109,8 +109,11 @@ class DraftVocab(nn.Module):
         """True when a token map restricts the head (FR-Spec is active)."""
         return self.token_map is not None
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Scores [..., k] for hidden states [..., hidden]."""
+    def logits(self, hidden: torch.Tensor, k: int | None = None) -> torch.Tensor:
+        """Scores [..., k] for hidden states [..., hidden]. `k` may only name this vocabulary's own size: a head
+        that serves several sizes is a RankedVocab (vocab/ranked_vocab.py)."""
+        if k is not None and int(k) != self.size:
+            raise FrspecError(f"this draft vocabulary scores {self.size} rows, not {k}: rank the head to vary k")
         return self.head(hidden)
 
     forward = logits
@@ -127,7 +130,14 @@ class DraftVocab(nn.Module):
         full[..., self.target_ids.to(probs.device)] = probs
         return full
 
-    # -- hooks a drafter calls; a static vocabulary has nothing to do (ContextVocab overrides them) --------------
+    # -- hooks a drafter and the engine call; a static vocabulary has nothing to do or refuses (ContextVocab and
+    # RankedVocab override them) -------------------------------------------------------------------------------
+
+    is_ranked = False  # True for a RankedVocab (vocab/ranked_vocab.py): one head serving every map size
+
+    def set_size(self, k: int) -> None:
+        """Score the first k rows from now on: only a ranked head has sizes to choose from."""
+        raise FrspecError("a map size for a drafter built outside build_generator needs its head ranked")
 
     def begin_request(self, prompt_ids) -> None:
         """A request starts with these prompt ids (a context-aware vocabulary takes them as rows)."""

@@ -1,0 +1,242 @@
+"""The per-request controller: before every decode step, choose the draft length (0: plain decoding) and the map
+size k (the full head: no map) from what this request has shown so far and what this machine's steps cost.
+
+What a step shows (the verifier sees the target's token at every position it checks):
+
+    coverage   every emitted token is the target's token; its rank in the drafter's ranked head
+               (vocab/ranked_vocab.py) says at once which map sizes held it. So the share c(k) of the target's
+               tokens inside the first k rows is observed for every k at each step, whatever k was drafted with.
+    agreement  at each drafted position the step reached, whether the draft matched the target, counted only where
+               the target's token was inside the rows drafted from (a token outside them is the map's miss, not
+               the draft's): per position i, alpha_i = P(draft agrees | its rows held the target's token).
+
+A chain position is then accepted with probability alpha_i * c(k), and a step of depth d expects
+E(d, k) = 1 + sum_{j=1..d} prod_{i<j} alpha_i c(k) tokens for `StepCosts.step_time_s(d, k)` seconds
+(decode/step_costs.py, the model `frspec tune` predicts with). The controller picks the (d, k) with the most tokens
+per second, d = 0 (1 / vanilla step) included: where a target forward over d + 1 rows costs d + 1 one-row forwards,
+no acceptance pays and it decodes plainly. Counts decay (older steps weigh less) so a request that changes language
+or domain moves its choice; priors (FR-Spec's corpus coverage when the ranking has counts, `PRIOR_ACCEPTANCE`)
+stand in before anything is observed.
+
+Plain decoding observes no agreement, so when it was chosen only because acceptance looked low (speculation could
+pay at a higher one), a short probe step drafts again every `probe_every` plain steps, at seeded jittered intervals:
+the schedule, like every choice, is a function of the seed and the observations only.
+
+Losslessness does not depend on any of this: every (d, k) is a valid proposal, verified by the one verifier.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from frspec.decode.step_costs import StepCosts
+from frspec.decode.tree_shape import TreeShape
+from frspec.errors import FrspecError
+
+# Per-draft acceptance assumed before a request has shown any (the bench's measured 0.72 at 3 drafts of the 0.5B
+# draft, bench/row_costs.py's ASSUMED_ACCEPTANCE), weighing as this many observed drafts.
+PRIOR_ACCEPTANCE = 0.72
+PRIOR_DRAFTS = 4.0
+# Coverage before any token is seen: the ranking corpus's (1.0 without counts), weighing as this many tokens.
+PRIOR_TOKENS = 8.0
+# Per observed token / drafted position, older evidence keeps this share of its weight: about the last 200 tokens
+# and the last 60 steps' drafts matter.
+TOKEN_DECAY = 1.0 - 1.0 / 200
+DRAFT_DECAY = 1.0 - 1.0 / 60
+PROBE_EVERY = 16
+# Chain lengths an automatic length chooses among (0: plain decoding); tune's CHAIN_LENGTHS go to 5.
+AUTO_DEPTHS = (0, 1, 2, 3, 4, 5, 6)
+# Map sizes an automatic size chooses among, besides the ranking's own length and the whole head.
+AUTO_SIZES = (4096, 8192, 16384, 32768, 65536)
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """What the controller may choose among. `depths`: draft lengths (0 = plain decoding) for chains; `shape`: a
+    tree drafted as is instead of chains (or, with `allow_plain`, not at all); `sizes`: map sizes (ascending; the
+    ranked head's full size = no map)."""
+
+    sizes: tuple[int, ...]
+    depths: tuple[int, ...] = AUTO_DEPTHS
+    shape: TreeShape | None = None
+    allow_plain: bool = True
+    probe_every: int = PROBE_EVERY
+
+    def __post_init__(self) -> None:
+        if not self.sizes or any(isinstance(k, bool) or int(k) != k or k < 1 for k in self.sizes):
+            raise FrspecError(f"map sizes must be positive integers, got {self.sizes}")
+        if self.shape is None and (not self.depths or any(int(d) != d or d < 0 for d in self.depths)):
+            raise FrspecError(f"draft lengths must be integers >= 0, got {self.depths}")
+        object.__setattr__(self, "sizes", tuple(sorted({int(k) for k in self.sizes})))
+        depths = ((0,) if self.allow_plain else ()) + (self.shape.depth,) if self.shape is not None else self.depths
+        object.__setattr__(self, "depths", tuple(sorted({int(d) for d in depths})))
+
+    @property
+    def max_depth(self) -> int:
+        return max(self.depths)
+
+    @property
+    def is_fixed(self) -> bool:
+        """Nothing to choose: one size and one length."""
+        return len(self.sizes) == 1 and len(self.depths) == 1
+
+
+def default_map_sizes(full_size: int, ranked_size: int | None = None) -> tuple[int, ...]:
+    """The sizes `auto` chooses among for a head of `full_size` rows whose first `ranked_size` are ranked:
+    AUTO_SIZES below the full size (a tiny vocabulary: its eighth, quarter and half), the ranking's length and
+    the whole head (no map)."""
+    base = [s for s in AUTO_SIZES if s < full_size]
+    if not base:
+        base = [max(1, full_size // 8), max(1, full_size // 4), max(1, full_size // 2)]
+    extra = [] if ranked_size is None else [min(int(ranked_size), full_size)]
+    return tuple(sorted({*base, *extra, int(full_size)}))
+
+
+@dataclass
+class Plan:
+    """One step's choice."""
+
+    depth: int
+    size: int
+    probe: bool = False  # drafting only to observe acceptance again
+
+
+@dataclass
+class ControllerState:
+    """What one request has shown so far (decayed counts) and what was chosen."""
+
+    settings: ControllerSettings
+    coverage_prior: dict[int, float]
+    hits: dict[int, float] = field(default_factory=dict)  # decayed emitted tokens inside the first k rows
+    seen: float = 0.0  # decayed emitted tokens
+    agreed: list[float] = field(default_factory=list)  # per position: decayed drafts that matched
+    tried: list[float] = field(default_factory=list)  # per position: decayed drafts whose rows held the token
+    plain_steps: int = 0  # consecutive plain steps
+    next_probe: int = PROBE_EVERY
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    chosen_sizes: dict[int, int] = field(default_factory=dict)  # speculative steps per map size
+    chosen_depths: list[int] = field(default_factory=list)  # steps per draft length
+
+    def coverage(self, k: int) -> float:
+        prior = self.coverage_prior.get(k, 1.0)
+        return (self.hits.get(k, 0.0) + PRIOR_TOKENS * prior) / (self.seen + PRIOR_TOKENS)
+
+    def agreement(self, position: int) -> float:
+        """alpha_i, shrunk towards the pooled agreement of all positions, itself towards PRIOR_ACCEPTANCE."""
+        pooled = (sum(self.agreed) + PRIOR_DRAFTS * PRIOR_ACCEPTANCE) / (sum(self.tried) + PRIOR_DRAFTS)
+        if position >= len(self.tried):
+            return pooled
+        return (self.agreed[position] + PRIOR_DRAFTS * pooled) / (self.tried[position] + PRIOR_DRAFTS)
+
+
+def new_request(settings: ControllerSettings, coverage_prior: dict[int, float] | None = None,
+                seed: int | None = None) -> ControllerState:
+    """A fresh state for one request; `coverage_prior[k]` is the ranking corpus's coverage at k (default 1)."""
+    rng = random.Random(0 if seed is None else seed)
+    state = ControllerState(settings, dict(coverage_prior or {}), rng=rng)
+    state.next_probe = _probe_interval(state)
+    return state
+
+
+def expected_tokens(state: ControllerState, depth: int, k: int) -> float:
+    """Tokens a step of `depth` drafts at map size k emits on average: 1 + sum_j prod_{i<j} alpha_i c(k)."""
+    c = state.coverage(k)
+    total, reach = 1.0, 1.0
+    for i in range(depth):
+        reach *= state.agreement(i) * c
+        total += reach
+    return total
+
+
+def _shape(settings: ControllerSettings, depth: int) -> TreeShape | None:
+    if depth == 0:
+        return None
+    return settings.shape if settings.shape is not None else TreeShape.chain(depth)
+
+
+def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None,
+          optimistic: bool = False) -> dict[tuple[int, int], float]:
+    """Expected tokens per second of every allowed (depth, size); `optimistic` assumes every draft whose rows hold
+    the target's token agrees (alpha = 1), the best speculation could do on this request's coverage."""
+    s = state.settings
+    out = {}
+    for depth in s.depths:
+        if remaining is not None and depth > max(remaining - 1, 0):
+            continue
+        for k in (s.sizes if depth else s.sizes[-1:]):
+            if optimistic:
+                c = state.coverage(k)
+                tokens = sum(c ** j for j in range(depth + 1))
+            else:
+                tokens = expected_tokens(state, depth, k)
+            out[(depth, k)] = tokens / costs.step_time_s(_shape(s, depth), k)
+    return out
+
+
+def choose(state: ControllerState, costs: StepCosts, remaining: int | None = None) -> Plan:
+    """This step's draft length and map size (module docstring); ties go to the shorter draft, then the smaller
+    map. `remaining`: tokens the request may still emit (longer drafts could not be used)."""
+    s = state.settings
+    options = rates(state, costs, remaining)
+    if not options:
+        return _record(state, Plan(0, s.sizes[-1]))
+    depth, k = max(options, key=lambda dk: (options[dk], -dk[0], -dk[1]))
+    if depth > 0 or s.max_depth == 0:
+        return _record(state, Plan(depth, k))
+    # Plain decoding: probe now and then if only the acceptance estimate, not the machine, rules speculation out.
+    state.plain_steps += 1
+    if state.plain_steps >= state.next_probe:
+        hopeful = rates(state, costs, remaining, optimistic=True)
+        best = max(hopeful, key=lambda dk: (hopeful[dk], -dk[0], -dk[1]))
+        if best[0] > 0:
+            state.plain_steps = 0
+            state.next_probe = _probe_interval(state)
+            probe_depth = min(d for d in s.depths if d > 0)
+            return _record(state, Plan(probe_depth, best[1], probe=True))
+    return _record(state, Plan(0, k))
+
+
+def observe(state: ControllerState, plan: Plan, accepted: int, token_ranks: Sequence[int] | None) -> None:
+    """Take one step's outcome: `accepted` drafts were accepted, then the target chose one more token; `token_ranks`
+    are the ranks (vocab/ranked_vocab.py) of the step's emitted tokens, accepted drafts first (None: the drafter's
+    vocabulary is not ranked; every token then counts as inside its rows)."""
+    s = state.settings
+    ranks = list(token_ranks) if token_ranks is not None else None
+    if ranks is not None:
+        for r in ranks:
+            state.seen = state.seen * TOKEN_DECAY + 1.0
+            for k in s.sizes:
+                state.hits[k] = state.hits.get(k, 0.0) * TOKEN_DECAY + float(r < k)
+    if plan.depth == 0:
+        return
+    if plan.depth > len(state.tried):
+        grow = plan.depth - len(state.tried)
+        state.tried.extend([0.0] * grow)
+        state.agreed.extend([0.0] * grow)
+    for i in range(plan.depth):
+        if i < accepted:
+            agreed, tried = 1.0, 1.0
+        elif i == accepted:
+            # Rejected here: the draft's fault only if its rows held the target's token.
+            held = ranks is None or (i < len(ranks) and ranks[i] < plan.size)
+            agreed, tried = 0.0, float(held)
+        else:
+            break
+        state.agreed[i] = state.agreed[i] * DRAFT_DECAY + agreed
+        state.tried[i] = state.tried[i] * DRAFT_DECAY + tried
+
+
+def _record(state: ControllerState, plan: Plan) -> Plan:
+    if plan.depth >= len(state.chosen_depths):
+        state.chosen_depths.extend([0] * (plan.depth + 1 - len(state.chosen_depths)))
+    state.chosen_depths[plan.depth] += 1
+    if plan.depth:
+        state.chosen_sizes[plan.size] = state.chosen_sizes.get(plan.size, 0) + 1
+    return plan
+
+
+def _probe_interval(state: ControllerState) -> int:
+    every = state.settings.probe_every
+    return every + state.rng.randrange(0, max(every // 2, 1))

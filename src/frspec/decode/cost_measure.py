@@ -1,0 +1,158 @@
+"""The controller's costs on this machine: measured once per machine and model pair, then read from the cache.
+
+A short measurement (decode/step_costs.py's model): the target's forward over 1..max_rows rows after a short
+context, the drafter's LM head at each map size the controller may choose, and two short engine runs (plain and
+speculative, after a warm-up) for the draft forward and the per-step overheads as the engine really spends them.
+A few seconds for a tiny model to about half a minute for a 1.5B bf16 target on a 2-core CPU.
+
+The result is cached as JSON under <frspec cache>/step_costs/, keyed by the machine (CPU or GPU name, torch
+version and threads), both models (name or path, class, dtype, parameter count, quantized layers) and what was
+measured; the file names the machine it was measured on. Models without a name or path (built in memory) are
+measured every time, never cached: nothing would tell two of them apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from frspec.decode.drafter import Drafter
+from frspec.decode.engine import SpeculativeGenerator
+from frspec.decode.sampling import SamplingParams
+from frspec.decode.step_costs import StepCosts, draft_forward_widths, measure_row_costs
+from frspec.decode.tree_shape import TreeShape
+from frspec.errors import FrspecError
+from frspec.io import atomic_path
+from frspec.paths import cache_dir
+
+CACHE_VERSION = 1
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (from /proc/cpuinfo on Linux), falling back to platform.processor()."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine_name(device: torch.device) -> str:
+    """What the costs depend on besides the models: the processor that runs them and torch's threads."""
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} (torch {torch.__version__})"
+    return f"{cpu_model()}, {torch.get_num_threads()} threads (torch {torch.__version__})"
+
+
+def model_identity(model: torch.nn.Module) -> str | None:
+    """A model's name or path with what changes its speed (class, dtype, size, quantized layers); None for a model
+    without a name or path."""
+    config = getattr(model, "config", None)
+    name = getattr(config, "_name_or_path", None) or getattr(config, "name_or_path", None)
+    if not name:
+        return None
+    param = next(model.parameters())
+    quant = sorted({type(m).__name__ for m in model.modules() if "quant" in type(m).__name__.lower()})
+    count = sum(p.numel() for p in model.parameters())
+    return f"{name}|{type(model).__name__}|{param.dtype}|{count}|{','.join(quant)}"
+
+
+def drafter_identity(drafter: Drafter) -> str | None:
+    model = getattr(drafter, "model", None) or getattr(drafter, "head", None)
+    return None if model is None else model_identity(model)
+
+
+def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence[int], max_rows: int,
+                      shape: TreeShape | None = None, refresh: bool = False) -> StepCosts:
+    """This machine's costs for the pair, from the cache when it has them, else measured (and cached)."""
+    device = next(target.parameters()).device
+    machine = machine_name(device)
+    ids = (model_identity(target), drafter_identity(drafter))
+    path = None
+    if None not in ids:
+        what = json.dumps([CACHE_VERSION, machine, str(device), *ids, sorted(sizes), max_rows, str(shape)])
+        digest = hashlib.sha256(what.encode()).hexdigest()[:16]
+        path = cache_dir() / "step_costs" / f"{digest}.json"
+        if path.is_file() and not refresh:
+            try:
+                return StepCosts.from_dict(json.loads(path.read_text(encoding="utf-8")), f"cached costs {path}")
+            except (FrspecError, json.JSONDecodeError, OSError):
+                pass  # a stale or damaged cache entry is measured again and overwritten
+    costs = measure_step_costs(target, drafter, sizes, max_rows, shape)
+    costs.provenance.update({"machine": machine, "device": str(device), "target": ids[0], "drafter": ids[1],
+                             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(costs.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return costs
+
+
+@torch.inference_mode()
+def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence[int], max_rows: int,
+                       shape: TreeShape | None = None, context: int = 64, new_tokens: int = 24) -> StepCosts:
+    """Measure the cost model's terms (module docstring). `sizes`: the map sizes to time the head at;
+    `max_rows`: the most rows a step's target forward may have; `shape`: a tree the drafter drafts (its level
+    widths are timed too)."""
+    rows = sorted({n for n in (1, 2, 3, 4, 5, 7, 9, 12, 16) if n < max_rows} | {max_rows})
+    target_costs = measure_row_costs(target, rows, context=context, repeats=3, warmup=1)
+    vocab = drafter.vocab
+    widths = sorted({1, *(draft_forward_widths(shape) if shape is not None else [])})
+    head_costs = {int(k): _head_costs(vocab, int(k), widths) for k in sizes}
+
+    vocab_size = int(target.config.vocab_size)
+    prompt = torch.randint(0, vocab_size, (context,), generator=torch.Generator().manual_seed(0)).tolist()
+    full = getattr(vocab, "full_size", None)
+    before = vocab.size
+    if full is not None:
+        vocab.set_size(max(sizes))
+    try:
+        plain = _engine_run(SpeculativeGenerator(target), prompt, new_tokens)
+        spec = _engine_run(SpeculativeGenerator(target, drafter, num_spec_tokens=2), prompt, new_tokens)
+    finally:
+        if full is not None:
+            vocab.set_size(before)
+
+    def beyond_forwards(stats) -> float:
+        decode = stats.wall_time_s - stats.prefill_time_s - stats.draft_time_s - stats.target_time_s
+        return max(decode / max(stats.target_forwards, 1), 0.0)
+
+    per_forward = (spec.draft_time_s - spec.draft_lm_head_time_s) / max(spec.draft_steps, 1)
+    return StepCosts(target_costs, {1: max(per_forward, 0.0)}, head_costs,
+                     step_overhead_s=beyond_forwards(spec), vanilla_overhead_s=beyond_forwards(plain),
+                     full_size=full if full is not None else int(vocab.size))
+
+
+def _engine_run(generator: SpeculativeGenerator, prompt: list[int], new_tokens: int):
+    generator.generate(input_ids=prompt, max_new_tokens=4, eos_token_ids=[], sampling=SamplingParams())  # warm-up
+    return generator.generate(input_ids=prompt, max_new_tokens=new_tokens, eos_token_ids=[],
+                              sampling=SamplingParams()).stats
+
+
+def _head_costs(vocab, k: int, widths: Sequence[int], repeats: int = 5, warmup: int = 2) -> dict[int, float]:
+    """Median seconds of the drafter's head over its first k rows and picking its choices, per width."""
+    weight = getattr(vocab, "weight_all", None)
+    weight = vocab.head.weight if weight is None else weight
+    gen = torch.Generator().manual_seed(0)
+    out = {}
+    for n in widths:
+        hidden = torch.randn(n, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
+        times = []
+        for i in range(warmup + repeats):
+            start = time.perf_counter()
+            logits = vocab.logits(hidden, k) if hasattr(vocab, "full_size") else vocab.logits(hidden)
+            picked = logits.argmax(-1) if n == 1 else torch.topk(logits.float(), min(3, k), dim=-1).indices
+            vocab.to_target(picked).tolist()  # the drafter reads its choices back: that syncs a GPU too
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+        out[n] = statistics.median(times)
+    return out

@@ -1,0 +1,200 @@
+"""RankedVocab: one frequency-ranked LM head that serves every FR-Spec map size at once.
+
+FR-Spec's maps are nested: the top 8k ids of a frequency ranking are a prefix of its top 16k, which are a prefix of
+its top 32k. A head whose rows are stored in rank order therefore holds every map: its first k rows are the k-token
+map, and the whole head (k = `full_size`) is the drafter's entire vocabulary, no map at all. So
+
+    logits(hidden, k)   scores the first k rows: a view of the one rank-ordered matrix, nothing is copied
+    set_size(k)         makes k the size `logits(hidden)`, `size`, `target_ids` and `rows` describe (the active map)
+    to_target(idx)      draft index -> target id, the same for every k (row i is rank i whatever k is)
+    to_full(probs)      a distribution over the first k rows (k = its last dimension) -> the target vocabulary
+
+The head's rows are copied once, in rank order (the ranked ids first, then every other row the head can score, by
+target id, so that k = full_size is the whole head); the source head is never modified. `rank_of[t]` is target id
+t's row (full_size for ids the head cannot score, e.g. outside an EAGLE-3 head's d2t vocabulary): a verifier that
+sees the target's token knows at once whether a map of any size held it.
+
+The ranking is a frequency order: a TokenMap (its ids in order: any saved map of any size ranks its ids first),
+TokenCounts (ids by descending count, `rank_by_count`), or a plain sequence of ids, most frequent first. Between a
+proposal and its verification the size must not change; the engine sets it before proposing.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from frspec.errors import FrspecError
+from frspec.vocab.counts import TokenCounts
+from frspec.vocab.draft_vocab import DraftVocab
+from frspec.vocab.token_map import TokenMap, rank_by_count
+
+Ranking = TokenMap | TokenCounts | torch.Tensor | Sequence[int]
+
+
+class RankedVocab(DraftVocab):
+    """A DraftVocab over a rank-ordered copy of a whole LM head whose active size k can change at any step (see the
+    module docstring). It is a DraftVocab in every respect the drafters use, always describing the first k rows."""
+
+    is_ranked = True
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, vocab_size: int, rows: torch.Tensor,
+                 target_ids: torch.Tensor, ranked: int, token_map: TokenMap, coverage_prior: torch.Tensor | None):
+        """Prefer `RankedVocab.build`. `rows`/`target_ids`: the source row and target id of each rank."""
+        super().__init__(weight, vocab_size, rows=rows, target_ids=target_ids, bias=bias, token_map=token_map)
+        n = int(target_ids.numel())
+        self.full_size = n
+        # How many leading rows the ranking itself ordered (the rest follow by id: only their union, k = full, means
+        # anything).
+        self.ranked_size = int(ranked)
+        self.register_buffer("weight_all", self.head.weight.data, persistent=False)
+        self.register_buffer("bias_all", None if bias is None else self.head.bias.data, persistent=False)
+        self.register_buffer("target_ids_all", self.target_ids, persistent=False)
+        self.register_buffer("rows_all", self.rows, persistent=False)
+        rank_of = torch.full((self.vocab_size,), n, dtype=torch.long)
+        rank_of[target_ids.cpu()] = torch.arange(n)
+        self.rank_of = rank_of  # CPU: read per decode step for a handful of tokens
+        # Share of the ranking corpus's tokens the first k rows cover, per k (None without counts): a prior for
+        # what a map of each size will cover on a request.
+        self.coverage_prior = coverage_prior
+        self._k = n
+        self._activate()
+
+    @classmethod
+    def build(
+        cls,
+        weight: torch.Tensor,
+        ranking: Ranking,
+        bias: torch.Tensor | None = None,
+        head_to_target: torch.Tensor | None = None,
+        vocab_size: int | None = None,
+        size: int | None = None,
+    ) -> RankedVocab:
+        """The ranked head of an LM head `weight` [rows, hidden] (+ `bias`), ordered by `ranking`, active size
+        `size` (default: the whole head). `head_to_target` and `vocab_size` are as for `DraftVocab.build`."""
+        n_rows = int(weight.shape[0])
+        # The plain vocabulary (no copy) validates head_to_target and the sizes exactly as DraftVocab does.
+        if vocab_size is None and isinstance(ranking, (TokenMap, TokenCounts)):
+            vocab_size = ranking.vocab_size
+        plain = DraftVocab.build(weight, bias, head_to_target=head_to_target, vocab_size=vocab_size)
+        vocab_size = plain.vocab_size
+        head_to_target = plain.target_ids
+        order, counts, token_map = _order(ranking, vocab_size)
+        if head_to_target is None:
+            row_of = torch.arange(vocab_size)
+        else:
+            row_of = torch.full((vocab_size,), -1, dtype=torch.long)
+            row_of[head_to_target.cpu()] = torch.arange(n_rows)
+        ranked = order[row_of[order] >= 0]
+        if ranked.numel() == 0:
+            raise FrspecError("the ranking and the head's draft vocabulary have no token in common")
+        seen = torch.zeros(vocab_size, dtype=torch.bool)
+        seen[ranked] = True
+        rest = torch.nonzero((row_of >= 0) & ~seen).flatten()  # every other scorable id, by id
+        target_ids = torch.cat([ranked, rest])
+        prior = None
+        if counts is not None:
+            covered = torch.cumsum(counts[target_ids].double(), 0)
+            total = float(counts.sum())
+            prior = (covered / total).float() if total > 0 else None
+        if token_map is None:
+            token_map = TokenMap(ranked, vocab_size, {"source": "ranking"})
+        device = weight.device
+        vocab = cls(weight, bias, vocab_size, row_of[target_ids].to(device), target_ids.to(device),
+                    int(ranked.numel()), token_map, prior)
+        if size is not None:
+            vocab.set_size(size)
+        return vocab
+
+    # -- the active size -----------------------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return self._k
+
+    @property
+    def is_restricted(self) -> bool:
+        """True while a map restricts the head: k below the whole head."""
+        return self._k < self.full_size
+
+    def quantize_head(self, quantize) -> bool:
+        """Refused: a packed (quantized) head has one fixed row count, a ranked one changes it per step."""
+        raise FrspecError("a quantized draft head has one fixed map size: give --token-map-size N (not auto)")
+
+    def set_size(self, k: int) -> None:
+        """Score the first k rows from now on (k = full_size: the whole head, no map)."""
+        if isinstance(k, bool) or int(k) != k or not 1 <= int(k) <= self.full_size:
+            raise FrspecError(f"a map size must be an integer in [1, {self.full_size}] for this head, got {k!r}")
+        self._k = int(k)
+        self._activate()
+
+    def coverage(self, k: int) -> float | None:
+        """The ranking corpus's share covered by the first k rows (None without counts)."""
+        return None if self.coverage_prior is None else float(self.coverage_prior[int(k) - 1])
+
+    def logits(self, hidden: torch.Tensor, k: int | None = None) -> torch.Tensor:
+        """Scores [..., k] over the first k rows (default: the active size) for hidden states [..., hidden]."""
+        if k is None:
+            return self.head(hidden)
+        if isinstance(k, bool) or int(k) != k or not 1 <= int(k) <= self.full_size:
+            raise FrspecError(f"a map size must be an integer in [1, {self.full_size}] for this head, got {k!r}")
+        k = int(k)
+        return F.linear(hidden, self.weight_all[:k], None if self.bias_all is None else self.bias_all[:k])
+
+    forward = logits
+
+    def to_target(self, draft_idx: torch.Tensor) -> torch.Tensor:
+        return self.target_ids_all[draft_idx]
+
+    def to_full(self, probs: torch.Tensor) -> torch.Tensor:
+        k = int(probs.shape[-1])
+        full = probs.new_zeros(*probs.shape[:-1], self.vocab_size)
+        full[..., self.target_ids_all[:k].to(probs.device)] = probs
+        return full
+
+    def ranks(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        """The row (rank) of each target id; full_size for ids the head cannot score."""
+        return self.rank_of[torch.as_tensor(token_ids, dtype=torch.long).cpu()]
+
+    def _activate(self) -> None:
+        """Point the head, target ids and rows at the first k rows (views: nothing is copied)."""
+        k = self._k
+        self.head.weight = nn.Parameter(self.weight_all[:k], requires_grad=False)
+        if self.bias_all is not None:
+            self.head.bias = nn.Parameter(self.bias_all[:k], requires_grad=False)
+        self.head.out_features = k
+        self.target_ids = self.target_ids_all[:k]
+        self.rows = self.rows_all[:k]
+
+    def _apply(self, fn, recurse=True):
+        # `.to()`/`.half()` convert parameters and buffers one by one; the views must point into the new matrix.
+        super()._apply(fn, recurse)
+        self._activate()
+        return self
+
+    def extra_repr(self) -> str:
+        return f"rows={self._k} of {self.full_size} (ranked {self.ranked_size}), vocab_size={self.vocab_size}"
+
+
+def _order(ranking: Ranking, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor | None, TokenMap | None]:
+    """(ids in rank order, counts over the vocabulary or None, the ranking as a TokenMap or None)."""
+    if isinstance(ranking, TokenMap):
+        ranking.check_vocab_size(vocab_size, "the draft head's target")
+        counts = None
+        if ranking.counts is not None:
+            counts = torch.zeros(vocab_size, dtype=torch.long)
+            counts[ranking.ids] = ranking.counts
+        return ranking.ids.cpu(), counts, ranking
+    if isinstance(ranking, TokenCounts):
+        if ranking.vocab_size != vocab_size:
+            raise FrspecError(f"the counts cover {ranking.vocab_size} ids but the draft head's target has {vocab_size}")
+        return rank_by_count(ranking.counts), ranking.counts, None
+    ranking = torch.as_tensor(ranking)
+    if ranking.dim() != 1 or ranking.dtype.is_floating_point or ranking.dtype == torch.bool:
+        raise FrspecError("a ranking is a TokenMap, TokenCounts, or a 1-D list of token ids (most frequent first)")
+    ids = ranking.to(torch.long)
+    TokenMap(ids, vocab_size)  # one-line errors for out-of-range or repeated ids
+    return ids, None, None

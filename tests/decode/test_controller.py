@@ -1,0 +1,161 @@
+"""The per-request controller (decode/controller.py) on fake costs and fake acceptance: no models.
+
+A fake request is a stream of target tokens, each with a rank in the ranked head (which map sizes hold it); a
+draft agrees with the target with probability `agree` where its rows hold the target's token. `simulate` plays
+the engine: choose, "draft" and "verify" the chain, observe.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from frspec.decode.controller import ControllerSettings, choose, expected_tokens, new_request, observe
+from frspec.decode.step_costs import StepCosts
+from frspec.decode.tree_shape import TreeShape
+from frspec.errors import FrspecError
+
+SIZES = (8192, 16384, 32768, 151936)
+
+
+def costs(target, head_per_row=2e-8, base=0.02, rows=range(1, 9)) -> StepCosts:
+    """`target(n)` seconds for n rows; the draft head costs head_per_row per map row."""
+    return StepCosts({n: target(n) for n in rows}, {1: base},
+                     {k: {1: head_per_row * k} for k in SIZES}, full_size=SIZES[-1])
+
+
+FLAT = costs(lambda n: 0.3 + 0.01 * n)  # bandwidth-bound: extra rows nearly free
+LINEAR = costs(lambda n: 0.3 * n)  # k + 1 rows cost k + 1 one-row forwards (the 2-core EPYC in bf16)
+
+
+def simulate(settings, step_costs, rank_of_token, agree, steps=300, seed=0, world_seed=1):
+    """Plans chosen over `steps` steps; rank_of_token(t, rng) gives the t-th target token's rank."""
+    state = new_request(settings, seed=seed)
+    world = random.Random(world_seed)
+    plans, t = [], 0
+    for _ in range(steps):
+        plan = choose(state, step_costs)
+        ranks, accepted = [], 0
+        for i in range(plan.depth + 1):
+            r = rank_of_token(t, world)
+            t += 1
+            ranks.append(r)
+            if i == plan.depth or not (r < plan.size and world.random() < agree):
+                break
+            accepted += 1
+        observe(state, plan, accepted, ranks)
+        plans.append(plan)
+    return plans, state
+
+
+def in_top(n):
+    return lambda t, rng: rng.randrange(n)
+
+
+def test_linear_target_costs_mean_plain_decoding_even_at_perfect_acceptance():
+    settings = ControllerSettings(sizes=SIZES)
+    plans, state = simulate(settings, LINEAR, in_top(100), agree=1.0)
+    assert all(p.depth == 0 for p in plans)  # and it never probes: no acceptance could pay
+    assert state.chosen_depths == [len(plans)]
+
+
+def test_flat_costs_and_good_acceptance_speculate_with_the_smallest_map_that_holds_the_tokens():
+    plans, state = simulate(ControllerSettings(sizes=SIZES), FLAT, in_top(4000), agree=0.9)
+    late = plans[50:]
+    assert all(p.depth >= 3 for p in late)
+    assert all(p.size == 8192 for p in late)  # every token is in the top 8k: the cheapest head loses nothing
+
+
+def test_it_moves_to_a_larger_map_when_the_target_leaves_the_small_one():
+    # A third of the tokens rank between 16k and 32k (code identifiers, another language): the 8k/16k maps miss
+    # them, the 32k map holds them and costs far less than the full head.
+    def rank(t, rng):
+        return rng.randrange(16384, 32768) if rng.random() < 0.33 else rng.randrange(1000)
+
+    plans, _ = simulate(ControllerSettings(sizes=SIZES), costs(lambda n: 0.3 + 0.01 * n, head_per_row=1e-7),
+                        rank, agree=0.9)
+    assert [p.size for p in plans[-100:] if p.depth].count(32768) >= 95
+
+
+def test_within_one_request_the_choice_follows_a_change_of_workload():
+    def rank(t, rng):
+        return rng.randrange(1000) if t < 600 else rng.randrange(20000, 40000)
+
+    plans, state = simulate(ControllerSettings(sizes=SIZES), costs(lambda n: 0.3 + 0.01 * n, head_per_row=1e-7),
+                            rank, agree=0.9, steps=400)
+    first = [p.size for p in plans[20:100] if p.depth]
+    last = [p.size for p in plans[-60:] if p.depth]
+    assert first and set(first) == {8192}
+    assert last and set(last) <= {32768, 151936} and 8192 not in last
+    assert sum(state.chosen_sizes.values()) == sum(1 for p in plans if p.depth)
+
+
+def test_a_cost_jump_caps_the_draft_length():
+    int4_like = costs(lambda n: 0.3 if n <= 4 else 0.9)
+    plans, _ = simulate(ControllerSettings(sizes=SIZES), int4_like, in_top(100), agree=0.95)
+    assert {p.depth for p in plans[30:]} == {3}
+
+
+def test_poor_acceptance_falls_back_to_plain_decoding_and_probes_deterministically():
+    settings = ControllerSettings(sizes=SIZES, probe_every=10)
+    plans, _ = simulate(settings, costs(lambda n: 0.3 + 0.03 * n, base=0.05), in_top(100), agree=0.05, seed=7)
+    late = plans[100:]
+    plain = sum(p.depth == 0 for p in late)
+    probes = [p for p in late if p.probe]
+    assert plain >= 0.8 * len(late) and probes and all(p.depth == 1 for p in probes)
+    again, _ = simulate(settings, costs(lambda n: 0.3 + 0.03 * n, base=0.05), in_top(100), agree=0.05, seed=7)
+    assert again == plans  # the same seed and observations: the same choices
+    other, _ = simulate(settings, costs(lambda n: 0.3 + 0.03 * n, base=0.05), in_top(100), agree=0.05, seed=8)
+    assert [p.probe for p in other] != [p.probe for p in plans]  # the probe schedule is the seed's
+
+
+def test_recovers_when_acceptance_comes_back():
+    state = new_request(ControllerSettings(sizes=SIZES, probe_every=4))
+    world = random.Random(0)
+    plans = []
+    for step in range(400):
+        agree = 0.02 if step < 100 else 0.95
+        plan = choose(state, costs(lambda n: 0.3 + 0.03 * n, base=0.05))
+        accepted = 0
+        while accepted < plan.depth and world.random() < agree:
+            accepted += 1
+        observe(state, plan, accepted, [0] * (accepted + 1))
+        plans.append(plan)
+    assert sum(p.depth == 0 for p in plans[60:100]) >= 30
+    assert all(p.depth >= 2 for p in plans[-50:])
+
+
+def test_expected_tokens_is_the_chain_formula():
+    state = new_request(ControllerSettings(sizes=(10, 20)), coverage_prior={10: 0.5, 20: 1.0})
+    a = state.agreement(0)
+    assert expected_tokens(state, 0, 10) == 1.0
+    assert expected_tokens(state, 2, 20) == pytest.approx(1 + a + a * a)
+    assert expected_tokens(state, 2, 10) == pytest.approx(1 + a * 0.5 + (a * 0.5) ** 2)
+
+
+def test_a_tree_is_drafted_whole_or_not_at_all_and_sizes_still_move():
+    tree = TreeShape.static(2, 2)
+    plans, _ = simulate(ControllerSettings(sizes=SIZES, shape=tree), FLAT, in_top(4000), agree=0.9)
+    assert {p.depth for p in plans} <= {0, 2} and plans[-1].depth == 2 and plans[-1].size == 8192
+    plans, _ = simulate(ControllerSettings(sizes=SIZES, shape=tree), LINEAR, in_top(4000), agree=0.9)
+    assert {p.depth for p in plans} == {0}
+
+
+def test_remaining_budget_bounds_the_draft():
+    state = new_request(ControllerSettings(sizes=SIZES))
+    assert choose(state, FLAT, remaining=2).depth <= 1
+    assert choose(state, FLAT, remaining=1).depth == 0
+
+
+def test_bad_settings_and_cost_records_are_one_line_errors():
+    with pytest.raises(FrspecError):
+        ControllerSettings(sizes=())
+    with pytest.raises(FrspecError):
+        ControllerSettings(sizes=(0,))
+    with pytest.raises(FrspecError):
+        ControllerSettings(sizes=(8,), depths=(-1,))
+    with pytest.raises(FrspecError):
+        StepCosts.from_dict({"target_costs": {}, "draft_base_costs": {"1": 0.1}, "head_costs": {}})
+    record = FLAT.to_dict()
+    assert StepCosts.from_dict(record).to_dict() == record

@@ -1,0 +1,72 @@
+"""End to end: sampled generations drafted by MTP layers follow the target's joint law (test_engine_distribution.py's
+check, on tiny checkpoints in the published MTP layouts of mtp_tiny.py).
+
+Cases: a DeepSeek-V3 MoE target drafted by its MTP layer as a chain through an FR-Spec map (the sampled chain is
+`grow_tree` with one child per node, recursive below the first draft), and a Qwen3.5 hybrid target (Gated DeltaNet
+layers, decode/hybrid_target.py) drafted as a static tree, so sampled verification restores linear-attention states
+at accepted and rejected nodes. Each sample is one `generate(max_new_tokens=4)` with its own seed; (x2, x3) is
+decided by a speculative step. Reference: P(x2, x3) = sum_x1 p(x1) p(x2|x1) p(x3|x1 x2) from the target's own
+logits through transformers' processors. Power as in test_engine_distribution.py (DETECTED_TV_E2E asserted).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from frspec.models.mtp import load_mtp_head
+from frspec.vocab.token_map import TokenMap
+
+from tests.decode.mtp_tiny import load_target, save_mtp_checkpoint
+from tests.lossless.decode_adapter import SamplingParams, TreeShape, build_generator
+from tests.lossless.lossless_power import check_distribution
+from tests.lossless.lossless_reference import reference_probs
+from tests.lossless.lossless_sampling import SCALE
+
+V = 16
+PROMPT = [3, 9, 1]
+T, K, P = 0.9, 6, 0.95
+N_E2E = max(int(2000 * SCALE), 300)
+DETECTED_TV_E2E = 0.07
+CASES = {
+    "deepseek_v3-mtp+map-chain": ("deepseek_v3", dict(token_map=TokenMap([0, 2, 3, 5, 6, 8, 9, 11, 12, 15], V),
+                                                      num_spec_tokens=2)),
+    "qwen3_5-hybrid-mtp-static": ("qwen3_5", dict(tree=TreeShape.static(2, 2))),
+}
+
+
+def _joint(target) -> np.ndarray:
+    @torch.no_grad()
+    def probs(ids):
+        return reference_probs(target(torch.tensor([ids])).logits[0, -1], T, K, P)
+
+    joint = np.zeros((V, V))
+    p1 = probs(PROMPT)
+    for x1 in np.flatnonzero(p1):
+        p2 = probs(PROMPT + [int(x1)])
+        for x2 in np.flatnonzero(p2):
+            joint[x2] += p1[x1] * p2[x2] * probs(PROMPT + [int(x1), int(x2)])
+    return joint / joint.sum()
+
+
+@pytest.mark.lossless_heavy
+@pytest.mark.parametrize("name", list(CASES))
+def test_mtp_samples_follow_the_target(tmp_path, name):
+    family, options = CASES[name]
+    path = save_mtp_checkpoint(tmp_path / family, family, vocab=V)
+    target = load_target(path)
+    with torch.no_grad():  # sharper next-token laws than the random head's, so drafts are often accepted
+        target.get_output_embeddings().weight.mul_(2.0)
+    generator = build_generator(target, eagle=load_mtp_head(target, path), **options)
+    counts = np.zeros((V, V), dtype=np.int64)
+    accepted = 0
+    for seed in range(N_E2E):
+        out = generator.generate(input_ids=PROMPT, max_new_tokens=4, eos_token_ids=[],
+                                 sampling=SamplingParams(temperature=T, top_k=K, top_p=P, seed=seed))
+        counts[out.token_ids[1], out.token_ids[2]] += 1
+        accepted += sum(out.stats.accepted_per_position)
+    assert accepted > N_E2E // 4, "drafts must be accepted often enough for the check to test speculation"
+    tv = check_distribution(counts, _joint(target), f"engine {name}")
+    if SCALE >= 1:
+        assert tv <= DETECTED_TV_E2E, tv
