@@ -11,6 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.decode.mtp_tiny import FAMILIES, HYBRID_FAMILIES, as_qwen3_5_release, load_target, save_mtp_checkpoint
+from tests.decode.spec_tiny import hf_greedy
+
 from frspec.decode.drafter import Drafter
 from frspec.decode.factory import build_generator
 from frspec.decode.mtp_drafter import MtpDrafter, mtp_drafter_for
@@ -20,9 +23,6 @@ from frspec.errors import FrspecError
 from frspec.models.mtp import detect_mtp, load_mtp_head
 from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.token_map import TokenMap
-
-from tests.decode.mtp_tiny import FAMILIES, HYBRID_FAMILIES, load_target, save_mtp_checkpoint
-from tests.decode.spec_tiny import hf_greedy
 
 VOCAB = 96
 PROMPT = [5, 9, 13, 2, 7, 40, 3]
@@ -78,6 +78,18 @@ def test_recursive_mtp_drafts_deeper_than_its_layers(loaded, family):
                                                                            eos_token_ids=[])
     assert out.token_ids == reference
     assert out.stats.accepted_per_position[1] > 0
+
+
+@pytest.mark.parametrize("shape", ["chain", "static"])
+def test_qwen3_5_released_multimodal_layout(checkpoints, loaded, tmp_path, shape):
+    """Qwen3.5 ships as a multimodal checkpoint (text weights under model.language_model., mtp.* beside them):
+    loaded as its causal LM, drafted by its MTP layer, still the target's own output."""
+    _, _, reference = loaded["qwen3_5"]
+    path = as_qwen3_5_release(checkpoints["qwen3_5"], tmp_path / "release")
+    target = load_target(path)
+    out = build_generator(target, eagle=load_mtp_head(target, path), tree=SHAPES[shape],
+                          num_spec_tokens=4).generate(input_ids=PROMPT, max_new_tokens=NEW, eos_token_ids=[])
+    assert out.token_ids == reference and out.stats.accepted_per_position[0] > 0
 
 
 def test_layout_detection_and_shared_head(checkpoints, loaded):
@@ -161,3 +173,9 @@ def test_hybrid_target_restores_state_at_every_depth(strong_hybrids, family, tre
     assert out.token_ids == reference
     proposed, accepted = out.stats.proposed_per_position, out.stats.accepted_per_position
     assert all(p > a > 0 for p, a in zip(proposed, accepted)), (proposed, accepted)  # rejections at each depth
+
+
+def test_hybrid_draft_model_is_refused_in_one_line(strong_hybrids):
+    target = strong_hybrids["qwen3_5"]
+    with pytest.raises(FrspecError, match="linear-attention layers"):
+        build_generator(target, strong_hybrids["qwen3_next"])

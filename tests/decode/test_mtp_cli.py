@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from tests.decode.mtp_tiny import FAMILIES, save_mtp_checkpoint
+from tests.decode.spec_tiny import tiny_tokenizer
 
 from frspec import cli
 from frspec.vocab.token_map import TokenMap
-
-from tests.decode.mtp_tiny import FAMILIES, save_mtp_checkpoint
-from tests.decode.spec_tiny import tiny_tokenizer
 
 VOCAB = 96
 
@@ -40,6 +39,7 @@ def test_generate_with_mtp_is_the_targets_output(checkpoints, family, capsys):
     code, out, err = _run(base, capsys)
     assert code == 0, err
     vanilla = json.loads(out)
+    assert vanilla["method"] == "vanilla" and "carries 1 MTP layer(s)" in err and "--mtp drafts with them" in err
     code, out, err = _run(base + ["--mtp"], capsys)
     assert code == 0, err
     mtp = json.loads(out)

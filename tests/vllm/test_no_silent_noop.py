@@ -33,3 +33,9 @@ def test_a_drafter_loaded_around_the_install_stops_the_engine_in_one_line(tiny, 
     assert "\n" not in message
     for words in (f"vLLM {vllm_version()}", "runner V1", "drafter DraftModelProposer", "not active"):
         assert words in message, (words, message)
+
+
+def test_this_vllm_has_every_symbol_the_plugin_uses():
+    from frspec.vllm_plugin.internals import missing_symbol
+
+    assert missing_symbol() is None

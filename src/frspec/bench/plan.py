@@ -115,6 +115,7 @@ class BenchPlan:
     engine: str = "frspec"
     batch_sizes: tuple[int, ...] = (1,)  # vLLM only
     repeats: int = 2  # vLLM only
+    vllm_compiled: bool = False  # vLLM only: its default compilation instead of enforce_eager
     progress: bool = True
     out: str = "bench-out"
     preset: str = "default"
@@ -208,6 +209,7 @@ def plan_bench(
     engine: str = "frspec",
     batch_sizes: Sequence[int] = (1,),
     repeats: int = 2,
+    vllm_compiled: bool = False,
     progress: bool = True,
     out: str = "bench-out",
     command: str = "",
@@ -285,7 +287,7 @@ def plan_bench(
         llamacpp=(preset.llamacpp or (on_cpu and bool(rows))) and not no_llamacpp,
         row_costs=n_row_costs, row_cost_quants=preset.row_cost_quants,
         sampling=sampling, warmup_tokens=warmup_tokens, engine=engine, batch_sizes=tuple(batch_sizes),
-        repeats=repeats, progress=progress, out=str(out), preset="quick" if quick else "default", command=command,
+        repeats=repeats, vllm_compiled=vllm_compiled, progress=progress, out=str(out), preset="quick" if quick else "default", command=command,
     )
     _check(plan)
     return plan

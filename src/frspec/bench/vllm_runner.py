@@ -80,10 +80,11 @@ def _latency(output, wall_s: float) -> float:
 
 
 def _drafter_rows(worker) -> int | None:
-    """Run in each vLLM worker: how many LM-head rows its FR-Spec head scores (None: FR-Spec is off there)."""
+    """Run in each vLLM worker: how many LM-head rows its FR-Spec heads score (None: FR-Spec is off there)."""
     runner = worker.model_runner if hasattr(worker, "model_runner") else worker.worker.model_runner
-    head = getattr(getattr(runner, "drafter", None), "frspec_head", None)
-    return None if head is None else head.vocab.size
+    drafter = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
+    heads = getattr(drafter, "frspec_heads", None)
+    return None if not heads else sum(h.vocab.size for h in heads)
 
 
 @dataclass(frozen=True)
@@ -105,8 +106,9 @@ class Drafters:
 
 
 def _engine_kwargs(method: Method, target_dir: str, drafters: Drafters, dtype: str, max_model_len: int,
-                   max_batch: int, seed: int) -> dict[str, Any]:
-    kwargs: dict[str, Any] = dict(model=target_dir, dtype=dtype, enforce_eager=True, max_model_len=max_model_len,
+                   max_batch: int, seed: int, compiled: bool = False) -> dict[str, Any]:
+    kwargs: dict[str, Any] = dict(model=target_dir, dtype=dtype, enforce_eager=not compiled,
+                                  max_model_len=max_model_len,
                                   max_num_seqs=max_batch, seed=seed, disable_log_stats=False)
     spec = drafters.speculative_config(method)
     if spec is not None:
@@ -251,7 +253,8 @@ def markdown(payload: dict[str, Any]) -> str:
     meta = payload["meta"]
     machine = meta["machine"]
     lines = ["# frspec bench --engine vllm", "",
-             f"- Commit: `{meta['commit']}`; vLLM {meta['vllm_version']} (CPU build), eager mode",
+             f"- Commit: `{meta['commit']}`; vLLM {meta['vllm_version']} (CPU build), "
+             + ("compiled (vLLM's default torch.compile)" if meta.get("compiled") else "eager mode"),
              f"- Target: `{meta['target']}`; draft: `{meta['draft']}`"
              + (f"; EAGLE head: `{meta['eagle_head']}` (vLLM method `{meta['eagle_method']}`)"
                 if meta.get("eagle_head") else "") + f"; dtype: {meta['dtype']}",
@@ -357,7 +360,8 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
     for r in range(plan.repeats):
         order = methods[r % len(methods):] + methods[: r % len(methods)]
         for m in order:
-            kwargs = _engine_kwargs(m, target_dir, drafters, dtype, max_model_len, max(batch_sizes), plan.sampling.seed)
+            kwargs = _engine_kwargs(m, target_dir, drafters, dtype, max_model_len, max(batch_sizes), plan.sampling.seed,
+                                    plan.vllm_compiled)
             runs.append(run_engine(m, r, kwargs, map_files.get(m.token_map_size), encoded, batch_sizes,
                                    plan.max_new_tokens, plan.warmup_tokens, say))
     divergences = find_divergences(runs, dict(encoded), target_dir, plan.dtype)
@@ -375,7 +379,8 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
                  "num_prompts": len(encoded), "distinct_prompts": distinct,
                  "prompt_ids": [pid for pid, _ in encoded],
                  "max_new_tokens": plan.max_new_tokens, "batch_sizes": list(batch_sizes),
-                 "repeats": plan.repeats, "token_maps_source": maps_source, "vocab_size": vocab_size,
+                 "repeats": plan.repeats, "compiled": plan.vllm_compiled, "token_maps_source": maps_source,
+                 "vocab_size": vocab_size,
                  "run_time_s": time.perf_counter() - start,
                  "load_average_start": load_start, "load_average_end": list(os.getloadavg())},
         "rows": rows, "divergences": divergences,

@@ -140,6 +140,9 @@ def _write_config(args, result, token_maps, target_spec: str, draft_spec: str, d
         quant=args.quant, draft_quant=args.draft_quant, token_map_size=pick.map_size, token_map_path=map_path,
         tree=None if pick.shape is None else str(pick.shape), context_rows=args.context_rows,
         context_budget=args.context_budget,
+        # The measured costs, so that `generate --config` with an automatic length or map size (the per-request
+        # controller) decides from this machine's numbers without measuring again.
+        costs=_costs_record(result, token_maps),
         predicted={"tokens_per_s": row["predicted_tokens_per_s"], "tokens_per_step": row["predicted_tokens_per_step"],
                    "rank": row["predicted_rank"], "best": result.ranked[0].candidate.label},
         measured={"tokens_per_s": row["measured_tokens_per_s"], "tokens_per_step": row["measured_tokens_per_step"],
@@ -150,6 +153,14 @@ def _write_config(args, result, token_maps, target_spec: str, draft_spec: str, d
         provenance=meta,
     )
     return config.save(out)
+
+
+def _costs_record(result, token_maps) -> dict:
+    from frspec.tune.predict import step_costs
+
+    costs = step_costs(result.measurements)
+    costs.full_size = next((m.vocab_size for m in token_maps.values()), None)
+    return costs.to_dict()
 
 
 def _load_average() -> str:

@@ -153,7 +153,7 @@ def expected_tokens(state: ControllerState, depth: int, k: int) -> float:
 def _shape(settings: ControllerSettings, depth: int) -> TreeShape | None:
     if depth == 0:
         return None
-    return settings.shape if settings.shape is not None else TreeShape.chain(depth)
+    return settings.shape.with_depth(depth) if settings.shape is not None else TreeShape.chain(depth)
 
 
 def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None,
@@ -162,9 +162,10 @@ def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None
     the target's token agrees (alpha = 1), the best speculation could do on this request's coverage."""
     s = state.settings
     out = {}
-    for depth in s.depths:
-        if remaining is not None and depth > max(remaining - 1, 0):
-            continue
+    depths = s.depths
+    if remaining is not None:  # drafts beyond the token budget could not be emitted: shorten them (as the step does)
+        depths = sorted({min(d, max(remaining - 1, 0)) for d in depths})
+    for depth in depths:
         for k in (s.sizes if depth else s.sizes[-1:]):
             if optimistic:
                 c = state.coverage(k)
@@ -183,7 +184,7 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
     if not options:
         return _record(state, Plan(0, s.sizes[-1]))
     depth, k = max(options, key=lambda dk: (options[dk], -dk[0], -dk[1]))
-    if depth > 0 or s.max_depth == 0:
+    if depth > 0 or s.max_depth == 0 or (remaining is not None and remaining <= 1):
         return _record(state, Plan(depth, k))
     # Plain decoding: probe now and then if only the acceptance estimate, not the machine, rules speculation out.
     state.plain_steps += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from frspec.decode.drafter import Drafter, check_token_map
+from frspec.decode.hybrid_target import is_hybrid
 from frspec.decode.kv_cache import cache_length, enable_rollback, new_cache, truncate_cache
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.timing import now
@@ -19,14 +20,21 @@ from frspec.vocab.token_map import TokenMap
 
 
 def _check_plain_logits(model: torch.nn.Module) -> None:
-    # The drafter computes logits as head(base(x)); models that scale or soft-cap logits after the head would draft
-    # from a different distribution than they define.
+    # The drafter computes logits as head(base(x)) (soft-capped, see `_softcap`); models that scale logits after
+    # the head would draft from a different distribution than they define.
     config = model.config
-    for attr in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
+    for attr in ("logit_scale", "logits_scaling"):
         if getattr(config, attr, None) not in (None, 1, 1.0):
             raise FrspecError(f"draft models with {attr} are not supported (logits are not head(hidden))")
     if model.base_model is model:
         raise FrspecError(f"{type(model).__name__} does not expose a base model to run without its LM head")
+
+
+def _softcap(model: torch.nn.Module) -> float | None:
+    """The model's final logit soft-cap (Gemma 2: 30; Gemma 3 ships none), applied as cap * tanh(logits / cap)
+    after the head. It is elementwise, so the capped logits of a map's rows are the full head's at those rows."""
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    return float(cap) if cap else None
 
 
 class DraftModelDrafter(Drafter):
@@ -44,16 +52,22 @@ class DraftModelDrafter(Drafter):
         rows, up to that many rows for the request's prompt and generated tokens, within the map's k rows
         (`context_budget="fixed"`) or added to them ("additive"). `ranked`: the map is a frequency ranking and
         the head serves every map size, chosen per step (vocab/ranked_vocab.py). `head_quant` ("int4", "int8")
-        quantizes the vocabulary's head once its rows are selected (a context-aware one stays float: its rows
-        change per request; a ranked one refuses: it has no fixed size); load a quantized draft with its head
+        quantizes the vocabulary's head once its rows are selected (a context-aware one stays float: its rows change
+        per request; a ranked one is refused: its row count changes per step); load a quantized draft with its head
         float (load_model(..., quantize_head=False)) for that."""
         super().__init__()
         _check_plain_logits(model)
+        if is_hybrid(model):
+            # Its recurrent state cannot be cut back after a rejected draft (transformers' crop only rewinds the
+            # convolution window), so it would draft from a state that saw rejected tokens.
+            raise FrspecError("draft models with linear-attention layers (Qwen3-Next, Qwen3.5) are not supported: "
+                              "draft a hybrid target with its MTP layers (--mtp) or a full-attention draft model")
         full_head = model.get_output_embeddings()
         if getattr(full_head, "weight", None) is None:
             raise FrspecError(f"{type(model).__name__} has no linear LM head to draft with")
         self.model = model
         self.base = model.base_model
+        self.softcap = _softcap(model)
         self.device = next(model.parameters()).device
         vocab_size = vocab_size_of(model)
         if token_map is not None:
@@ -64,6 +78,10 @@ class DraftModelDrafter(Drafter):
         if parse_quant(head_quant) is not None:
             self.vocab.quantize_head(lambda linear: quantize_linear(linear, head_quant))
         self.cache = new_cache(model)
+
+    @property
+    def weights(self) -> torch.nn.Module:
+        return self.model
 
     def check_request_lengths(self, prompt_tokens: int, max_new_tokens: int) -> None:
         check_context_length(self.model, prompt_tokens, max_new_tokens, "the draft model")
@@ -105,7 +123,8 @@ class DraftModelDrafter(Drafter):
         for _ in range(depth):
             hidden = self.base(input_ids=inputs, cache=self.cache, use_cache=True).last_hidden_state[:, -1]
             head_start = now(self.device)
-            node = add_children(tree, node, self.vocab.logits(hidden)[0], 1, sampling, generator, self.vocab)[0]
+            node = add_children(tree, node, self._capped(self.vocab.logits(hidden))[0], 1, sampling, generator,
+                                self.vocab)[0]
             self.lm_head_time_s += now(self.device) - head_start
             inputs = torch.tensor([[tree.tokens[node]]], device=self.device)
         # The last drafted token is not fed to the model: it is only needed if all drafts are accepted, and then
@@ -135,3 +154,13 @@ class DraftModelDrafter(Drafter):
 
     def rollback(self, length: int) -> None:
         truncate_cache(self.cache, length)
+
+    def _capped(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits if self.softcap is None else torch.tanh(logits / self.softcap) * self.softcap
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The draft LM head over this drafter's vocabulary (soft-capped like the model's own), timed."""
+        start = now(self.device)
+        logits = self._capped(self.vocab.logits(hidden))
+        self.lm_head_time_s += now(self.device) - start
+        return logits

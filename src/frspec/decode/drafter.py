@@ -55,8 +55,13 @@ class Drafter:
 
     @property
     def kind(self) -> str:
-        """What drafts: "draft" (an independent draft model), "eagle" (an EAGLE head on the target's states) or "mtp"
-        (a model's own multi-token-prediction layer, models/mtp.py)."""
+        """What drafts: "draft" (an independent draft model), "eagle" (an EAGLE head on the target's states) or
+        "mtp" (the target checkpoint's MTP layers)."""
+        raise NotImplementedError
+
+    @property
+    def weights(self) -> torch.nn.Module:
+        """The module whose weights draft (the draft model, or the EAGLE/MTP head): what a cost cache is keyed on."""
         raise NotImplementedError
 
     def check_request_lengths(self, prompt_tokens: int, max_new_tokens: int) -> None:

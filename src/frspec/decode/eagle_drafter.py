@@ -58,6 +58,10 @@ class EagleDrafter(Drafter):
     def version(self) -> int:
         return self.head.version
 
+    @property
+    def weights(self) -> torch.nn.Module:
+        return self.head
+
     def check_shape(self, shape: TreeShape) -> None:
         # The head runs every level of a draft, chains included, under a tree mask.
         check_arbitrary_masks(self.head.config, "the EAGLE head")

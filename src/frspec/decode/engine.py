@@ -25,6 +25,7 @@ from frspec.decode.token_tree import check_tree_support
 from frspec.decode.tree_shape import TreeShape, check_num_spec_tokens
 from frspec.errors import FrspecError
 from frspec.models.loading import check_context_length, vocab_size_of
+from frspec.vocab.ranked_vocab import RankedVocab
 
 
 @dataclass
@@ -112,10 +113,8 @@ class SpeculativeGenerator:
         if self.drafter is None:
             return "vanilla"
         mapped = self.drafter.token_map is not None
-        if self.drafter.kind == "mtp":
-            return "mtp+fr-spec" if mapped else "mtp"
-        if self.drafter.kind == "eagle":
-            return "eagle+fr-spec" if mapped else "eagle"
+        if self.drafter.kind in ("mtp", "eagle"):
+            return f"{self.drafter.kind}+fr-spec" if mapped else self.drafter.kind
         return "fr-spec" if mapped else "draft"
 
     def generate(
@@ -229,7 +228,7 @@ class SpeculativeGenerator:
             return None
         vocab = self.drafter.vocab
         prior = {}
-        if vocab.is_ranked and vocab.coverage_prior is not None:
+        if isinstance(vocab, RankedVocab) and vocab.coverage_prior is not None:
             prior = {k: vocab.coverage(k) for k in self.controller.sizes}
         return new_request(self.controller, prior, sampling.seed)
 
@@ -243,7 +242,7 @@ class SpeculativeGenerator:
             vocab.set_size(plan.size)  # before proposing: the proposal is drafted and verified over these rows
         shape = None if plan.depth == 0 else (self.controller.shape or TreeShape.chain(plan.depth))
         step = decode_step(self.target, self.drafter, state, shape, self.hidden_layers, remaining)
-        ranks = vocab.ranks(step.tokens).tolist() if vocab.is_ranked else None
+        ranks = vocab.ranks(step.tokens).tolist() if isinstance(vocab, RankedVocab) else None
         observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks)
         stats.record_choice(step.drafted_depth, plan.size)
         return step
@@ -281,7 +280,7 @@ def _check_controller(settings: ControllerSettings, costs: StepCosts | None, dra
     if costs is None:
         raise FrspecError("the controller decides from measured step costs: give costs (decode/step_costs.py)")
     vocab = drafter.vocab
-    full = vocab.full_size if vocab.is_ranked else None
+    full = vocab.full_size if isinstance(vocab, RankedVocab) else None
     if full is None:
         if settings.sizes != (vocab.size,):
             raise FrspecError(f"this drafter scores a fixed {vocab.size} rows; map sizes {list(settings.sizes)} "

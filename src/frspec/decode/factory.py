@@ -20,6 +20,7 @@ from frspec.models.eagle import EagleHead
 from frspec.models.eagle_loading import load_eagle_head
 from frspec.models.loading import check_same_vocab, vocab_size_of
 from frspec.models.mtp import MtpHead
+from frspec.vocab.ranked_vocab import RankedVocab
 from frspec.vocab.token_map import TokenMap
 
 
@@ -31,16 +32,17 @@ def build_drafter(
     eagle: EagleHead | str | os.PathLike | None = None,
     context_rows: int = 0,
     context_budget: str = "fixed",
-    token_map_size: int | str | None = None,
-    auto_size: bool = False,
     head_quant: str | None = None,
+    token_map_size: int | str | None = None,
 ) -> Drafter | None:
-    """The drafter for `target` (None: vanilla): a draft model's, or an EAGLE or MTP head's (a loaded head, or a
-    directory / hub id to load one from), restricted to `token_map` when given: its first `token_map_size` ids for
-    an integer size, a ranked head serving every size with `auto_size`. Every check (vocabularies, map size,
-    context rows) runs before its DraftVocab copies any LM-head rows. `head_quant` quantizes a draft model's head
-    (full or pruned) once its rows are selected; EAGLE and MTP heads stay float. What build_generator, the bench
-    and the tuner draft with."""
+    """The drafter for `target`: None (vanilla), a draft model's (restricted to `token_map` when given), or an EAGLE
+    or MTP head's (a loaded head, or a directory / hub id to load one from; an MTP head, models/mtp.py
+    `load_mtp_head`, drafts through an MtpDrafter). Every check (vocabularies, map size, context rows) runs before
+    its DraftVocab copies any LM-head rows. `head_quant` quantizes a draft model's drafter head (full or FR-Spec
+    pruned) once its rows are selected; EAGLE heads stay float. `token_map_size`: "auto" ranks the head (one
+    rank-ordered copy serving every size, vocab/ranked_vocab.py), an integer takes the map's first N ids (the
+    head's whole size: no map). What build_generator, the bench and the tuner draft with."""
+    auto_size = bool(_check_map_size(token_map_size, token_map, draft, eagle))
     context = dict(context_rows=context_rows, context_budget=context_budget)
     if context_rows:
         if draft is None and eagle is None:
@@ -85,17 +87,16 @@ def build_generator(
     draft_head_quant: str | None = None,
 ) -> SpeculativeGenerator:
     """A generator for the usual methods: vanilla (no draft), draft model, or draft model + FR-Spec token map;
-    or an EAGLE head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a map;
-    an MTP head (models/mtp.py `load_mtp_head`) is given as `eagle` too and drafts through an MtpDrafter; or a
-    drafter built already (`build_drafter`), which several generators may share.
+    or an EAGLE or MTP head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a
+    map; or a drafter built already (`build_drafter`), shared by several generators.
 
     `tree` drafts token trees (chain, static or dynamic, see TreeShape) instead of num_spec_tokens chains.
     `context_rows` > 0 makes the drafter's vocabulary context-aware (vocab/context_vocab.py): the map's rows plus
     up to that many rows for the request's prompt and accepted tokens, within the map's k rows
     (`context_budget="fixed"`) or added to them ("additive"); it needs a token map and a drafter built here.
+    `draft_head_quant` quantizes a draft model's drafter head (build_drafter's head_quant).
     Every check (depth, vocabularies, map size) runs before the drafter's DraftVocab copies any LM-head rows. Models
     and heads are shared, never modified: several generators may draft with one draft model or EAGLE head.
-    `draft_head_quant` ("int4", "int8") quantizes a draft model's drafter head once its rows are selected.
 
     Automatic choice (decode/controller.py): with a drafter and neither `num_spec_tokens` nor `tree`, the draft
     length (0 = plain decoding) is chosen per step, and so is the map size unless `token_map_size` is given: the
@@ -125,18 +126,19 @@ def build_generator(
             raise FrspecError("give the token map to the drafter itself, not to build_generator")
         drafter = draft
         if isinstance(token_map_size, int) and not isinstance(token_map_size, bool):
-            drafter.vocab.set_size(token_map_size)  # a static vocabulary refuses: only a ranked one has sizes
+            if not isinstance(drafter.vocab, RankedVocab):
+                raise FrspecError("a map size for a drafter built outside build_generator needs its head ranked")
+            drafter.vocab.set_size(token_map_size)
     else:
         drafter = build_drafter(target, draft, token_map, tokenizer, eagle, context_rows, context_budget,
-                                token_map_size, auto_size, draft_head_quant)
+                                draft_head_quant, "auto" if auto_size else token_map_size)
     # SpeculativeGenerator's chain when no tree and no controller gives the shape (with a tree it is unused).
     chain = num_spec_tokens if isinstance(num_spec_tokens, int) else 4
     if drafter is None or not (auto_length or auto_size):
         return SpeculativeGenerator(target, drafter, tokenizer, chain, tree)
     vocab = drafter.vocab
-    full = vocab.full_size if vocab.is_ranked else None
-    if auto_size and full is not None:
-        sizes = default_map_sizes(full, vocab.ranked_size)
+    if auto_size and isinstance(vocab, RankedVocab):
+        sizes = default_map_sizes(vocab.full_size, vocab.ranked_size)
     else:
         sizes = (vocab.size,)
     if auto_length:

@@ -19,6 +19,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 from frspec.errors import FrspecError
 from frspec.models.cache import gguf_entry
 from frspec.models.defaults import DEFAULT_MODELS, prepare_default_models
+from frspec.models.mtp import builtin_config
 
 DTYPES = {
     "bf16": torch.bfloat16,
@@ -135,7 +136,8 @@ def load_model(
 
 def _from_pretrained(spec, source: str, torch_dtype: torch.dtype | None, dev: torch.device) -> PreTrainedModel:
     try:
-        config = AutoConfig.from_pretrained(source)
+        # MiMo's config names remote code; its architecture is Qwen2's (models/mtp.py reads its MTP layers).
+        config = builtin_config(source) or AutoConfig.from_pretrained(source)
         if torch_dtype is None:
             torch_dtype = auto_dtype(config, dev)
         return AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, device_map=str(dev))

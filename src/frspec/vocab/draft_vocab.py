@@ -130,14 +130,7 @@ class DraftVocab(nn.Module):
         full[..., self.target_ids.to(probs.device)] = probs
         return full
 
-    # -- hooks a drafter and the engine call; a static vocabulary has nothing to do or refuses (ContextVocab and
-    # RankedVocab override them) -------------------------------------------------------------------------------
-
-    is_ranked = False  # True for a RankedVocab (vocab/ranked_vocab.py): one head serving every map size
-
-    def set_size(self, k: int) -> None:
-        """Score the first k rows from now on: only a ranked head has sizes to choose from."""
-        raise FrspecError("a map size for a drafter built outside build_generator needs its head ranked")
+    # -- hooks a drafter calls; a static vocabulary has nothing to do (ContextVocab and RankedVocab override them) --
 
     def begin_request(self, prompt_ids) -> None:
         """A request starts with these prompt ids (a context-aware vocabulary takes them as rows)."""

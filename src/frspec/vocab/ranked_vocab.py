@@ -39,8 +39,6 @@ class RankedVocab(DraftVocab):
     """A DraftVocab over a rank-ordered copy of a whole LM head whose active size k can change at any step (see the
     module docstring). It is a DraftVocab in every respect the drafters use, always describing the first k rows."""
 
-    is_ranked = True
-
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, vocab_size: int, rows: torch.Tensor,
                  target_ids: torch.Tensor, ranked: int, token_map: TokenMap, coverage_prior: torch.Tensor | None):
         """Prefer `RankedVocab.build`. `rows`/`target_ids`: the source row and target id of each rank."""
@@ -120,10 +118,6 @@ class RankedVocab(DraftVocab):
         """True while a map restricts the head: k below the whole head."""
         return self._k < self.full_size
 
-    def quantize_head(self, quantize) -> bool:
-        """Refused: a packed (quantized) head has one fixed row count, a ranked one changes it per step."""
-        raise FrspecError("a quantized draft head has one fixed map size: give --token-map-size N (not auto)")
-
     def set_size(self, k: int) -> None:
         """Score the first k rows from now on (k = full_size: the whole head, no map)."""
         if isinstance(k, bool) or int(k) != k or not 1 <= int(k) <= self.full_size:
@@ -158,6 +152,10 @@ class RankedVocab(DraftVocab):
     def ranks(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
         """The row (rank) of each target id; full_size for ids the head cannot score."""
         return self.rank_of[torch.as_tensor(token_ids, dtype=torch.long).cpu()]
+
+    def quantize_head(self, quantize) -> bool:
+        """Refused: a packed (int4/int8) head has one row count, while a ranked head's changes per step."""
+        raise FrspecError("a quantized draft head has one fixed map size: give a map size (not auto)")
 
     def _activate(self) -> None:
         """Point the head, target ids and rows at the first k rows (views: nothing is copied)."""
