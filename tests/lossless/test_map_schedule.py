@@ -131,3 +131,25 @@ def test_greedy_identity_under_the_real_controller(target, prompts_and_refs, nam
         chosen |= set(out.stats.chosen_map_sizes)
         assert sum(out.stats.chosen_depth_histogram[1:]) > 0  # it drafted
     assert chosen
+
+
+# k + 1 rows cost k + 1 one-row forwards (the 2-core EPYC in bf16): no draft can pay.
+LINEAR = StepCosts({n: 1.0 * n for n in range(1, 10)}, {1: 0.01}, {16: {1: 0.001}, VOCAB: {1: 0.004}},
+                   full_size=VOCAB)
+
+
+@pytest.mark.parametrize("name", ["draft-chain", "eagle3-d2t-chain"])
+def test_where_no_draft_can_pay_requests_decode_plainly_without_touching_the_drafter(target, prompts_and_refs, name):
+    prompts, refs = prompts_and_refs
+    generator = build_generator(target, token_map=_ranking(), costs=LINEAR, **drafters(target)[name])
+    assert generator.plain_only
+    for prompt, ref in zip(prompts[:4], refs[:4]):
+        out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+        assert out.token_ids == ref
+        assert out.stats.chosen_depth_histogram == [out.stats.target_forwards]  # every step plain
+        assert out.stats.draft_steps == 0 and out.stats.draft_time_s == 0.0
+    assert generator.drafter.steps == 0
+    if name == "draft-chain":  # not even prefilled: its cache never saw the prompt
+        from frspec.decode.kv_cache import cache_length
+
+        assert cache_length(generator.drafter.cache) == 0

@@ -139,6 +139,26 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
             raise ValueError(f"method {m.label} needs an EAGLE head")
         if not m.uses_eagle and m_draft is None:
             raise ValueError(f"method {m.label} needs a draft model")
+        ranked = _ranked_drafter(m, methods, token_maps, draft_head_quant)
+        if ranked is not None:
+            # Auto rows, and static rows whose map holds the first ids of the auto row's ranking: one
+            # frequency-ranked head (vocab/ranked_vocab.py) serves them all, each static row at its size (set per
+            # request), the auto row choosing per step. Its head stays float (a packed head has one size).
+            ranked_key = ("ranked", m.uses_eagle, ranked.token_map_size)
+            if ranked_key not in drafters:
+                drafters[ranked_key] = build_drafter(
+                    m_target, draft=None if m.uses_eagle else m_draft, eagle=eagle if m.uses_eagle else None,
+                    token_map=token_maps[ranked.token_map_size], tokenizer=tokenizer, token_map_size="auto")
+            drafter = drafters[ranked_key]
+            if m.auto:
+                generators[m] = build_generator(
+                    m_target, draft=drafter, token_map_size="auto", tokenizer=tokenizer, tree=m.tree,
+                    num_spec_tokens=None if m.tree is None else m.num_spec_tokens)
+            else:
+                size = m.token_map_size if m.token_map_size is not None else drafter.vocab.full_size
+                generators[m] = build_generator(m_target, draft=drafter, num_spec_tokens=m.num_spec_tokens,
+                                                tokenizer=tokenizer, tree=m.tree, token_map_size=size)
+            continue
         key = (m.uses_eagle, m.token_map_size, m.context_rows, m.context_budget, m.quant)
         if key not in drafters:
             token_map = token_maps[m.token_map_size] if m.token_map_size is not None else None
@@ -153,6 +173,36 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
             m_target, draft=drafters[key], num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer, tree=m.tree
         )
     return generators
+
+
+def _ranked_drafter(m: Method, methods, token_maps: dict[int, TokenMap], draft_head_quant: str | None
+                    ) -> Method | None:
+    """The auto row whose ranked head serves `m` (itself if it is one), or None: an unquantized row of the same
+    drafter without context rows, whose map (if any) is a prefix of that auto row's ranking, under float heads."""
+    if m.auto:
+        return m  # a quantized draft head (--draft-quant) is left float on the auto row: packed heads have one size
+    if m.quant is not None or m.context_rows is not None or draft_head_quant is not None:
+        return None
+    auto = next((a for a in methods if a.auto and a.uses_eagle == m.uses_eagle), None)
+    if auto is None:
+        return None
+    if m.auto or m.token_map_size is None:
+        return auto
+    ranking, static = token_maps[auto.token_map_size], token_maps.get(m.token_map_size)
+    if static is None or static.k > ranking.k:
+        return None
+    ranked = _ranked_ids(ranking)[: static.k]
+    if not bool(torch.isin(static.ids, ranked).all()):  # the same ids (a map's own order does not matter)
+        return None
+    return auto
+
+
+def _ranked_ids(ranking: TokenMap) -> torch.Tensor:
+    """The ranked head's first ids for this ranking: its kept tokens first, then the rest (vocab/ranked_vocab.py)."""
+    kept = torch.as_tensor(sorted({int(i) for i in (ranking.metadata.get("kept_tokens") or {}).values()}),
+                           dtype=torch.long)
+    is_kept = torch.isin(ranking.ids, kept)
+    return torch.cat([ranking.ids[is_kept], ranking.ids[~is_kept]])
 
 
 def _generate(generator, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams, device):

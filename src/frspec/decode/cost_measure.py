@@ -99,12 +99,12 @@ def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence
 
 @torch.inference_mode()
 def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence[int], max_rows: int,
-                       shape: TreeShape | None = None, context: int = 64, new_tokens: int = 24) -> StepCosts:
+                       shape: TreeShape | None = None, context: int = 64, new_tokens: int = 16) -> StepCosts:
     """Measure the cost model's terms (module docstring). `sizes`: the map sizes to time the head at;
     `max_rows`: the most rows a step's target forward may have; `shape`: a tree the drafter drafts (its level
     widths are timed too)."""
     rows = sorted({n for n in (1, 2, 3, 4, 5, 7, 9, 12, 16) if n < max_rows} | {max_rows})
-    target_costs = measure_row_costs(target, rows, context=context, repeats=3, warmup=1)
+    target_costs = measure_row_costs(target, rows, context=context, repeats=2, warmup=1)
     vocab = drafter.vocab
     widths = sorted({1, *(draft_forward_widths(shape) if shape is not None else [])})
     head_costs = {int(k): _head_costs(vocab, int(k), widths) for k in sizes}
@@ -112,7 +112,8 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
     vocab_size = int(target.config.vocab_size)
     prompt = torch.randint(0, vocab_size, (context,), generator=torch.Generator().manual_seed(0)).tolist()
     before = vocab.size
-    if isinstance(vocab, RankedVocab):
+    full = vocab.full_size if isinstance(vocab, RankedVocab) else None
+    if full is not None:
         vocab.set_size(max(sizes))
     try:
         plain = _engine_run(SpeculativeGenerator(target), prompt, new_tokens)

@@ -12,7 +12,9 @@ from typing import Generator, Iterable, Iterator, Sequence
 
 import torch
 
-from frspec.decode.controller import ControllerSettings, ControllerState, Plan, choose, new_request, observe
+from frspec.decode.controller import (
+    ControllerSettings, ControllerState, Plan, choose, new_request, observe, speculation_can_pay,
+)
 from frspec.decode.drafter import Drafter
 from frspec.decode.hybrid_target import check_hybrid_tree_support, is_hybrid
 from frspec.decode.request import Request, prepare_request
@@ -71,6 +73,7 @@ class SpeculativeGenerator:
         tree: TreeShape | None = None,
         controller: ControllerSettings | None = None,
         costs: StepCosts | None = None,
+        map_size: int | None = None,
     ):
         check_num_spec_tokens(num_spec_tokens)
         self.target = target
@@ -103,8 +106,19 @@ class SpeculativeGenerator:
             drafter.check_shape(self.shape)
         if controller is not None and drafter is None:
             raise FrspecError("the controller chooses a drafter's draft length and map size: give a drafter")
+        if map_size is not None:
+            # A fixed size of a ranked head several generators share (e.g. the bench's static rows): set at the
+            # start of every request, since another generator may have drafted at another size in between.
+            if drafter is None or not isinstance(drafter.vocab, RankedVocab) or controller is not None:
+                raise FrspecError("a fixed map size per generator needs a drafter with a ranked head and no "
+                                  "controller")
+            drafter.vocab.set_size(map_size)
+        self.map_size = map_size
         self.controller = controller
         self.costs = costs
+        # The machine's costs rule out every draft (a target whose forward over n rows costs n one-row forwards):
+        # requests then decode plainly from the start, without prefilling or feeding the drafter at all.
+        self.plain_only = controller is not None and not speculation_can_pay(controller, costs)
 
     @property
     def method(self) -> str:
@@ -180,7 +194,7 @@ class SpeculativeGenerator:
         control = self._new_control(request.sampling)
         if request.max_new_tokens > 0:
             state = self._start(request.prompt_ids, request.max_new_tokens, request.sampling)
-            new, step = [self._prefill(state, stats)], None
+            new, step = [self._prefill(state, stats, plain=self.plain_only)], None
             while True:
                 kept = len(new)
                 eos_at = next((j for j, token in enumerate(new) if token in request.eos_ids), None)
@@ -206,6 +220,9 @@ class SpeculativeGenerator:
                 remaining = request.max_new_tokens - len(generated)
                 if control is None:
                     step = self._step(state, remaining)
+                elif self.plain_only:
+                    step = self._plain_step(state, remaining)
+                    stats.record_choice(0, 0)
                 else:
                     step = self._controlled_step(state, remaining, control, stats)
                 new = step.tokens
@@ -260,15 +277,26 @@ class SpeculativeGenerator:
     def _start(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams) -> DecodeState:
         if self.drafter is not None:
             self.drafter.reset()
+            if self.map_size is not None:
+                self.drafter.vocab.set_size(self.map_size)
         return start_state(self.target, prompt_ids, max_new_tokens, sampling)
 
     @torch.inference_mode()
-    def _prefill(self, state: DecodeState, stats: GenerationStats | None = None) -> int:
+    def _prefill(self, state: DecodeState, stats: GenerationStats | None = None, plain: bool = False) -> int:
+        """The prefill; `plain`: the target's alone (a request that will never draft)."""
         start = now(self.device)
-        first = prefill(self.target, self.drafter, state, self.hidden_layers)
+        if plain:
+            first = prefill(self.target, None, state, None)
+        else:
+            first = prefill(self.target, self.drafter, state, self.hidden_layers)
         if stats is not None:
             stats.prefill_time_s = now(self.device) - start
         return first
+
+    @torch.inference_mode()
+    def _plain_step(self, state: DecodeState, remaining: int) -> StepResult:
+        """A step of a request that never drafts: the target alone, as vanilla decoding."""
+        return decode_step(self.target, None, state, None, None, remaining)
 
     @torch.inference_mode()
     def _step(self, state: DecodeState, remaining: int) -> StepResult:

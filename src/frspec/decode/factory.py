@@ -117,6 +117,7 @@ def build_generator(
     auto_size = _check_map_size(token_map_size, token_map, draft, eagle)
     if auto_size is None:
         auto_size = auto_length and token_map is not None and token_map_size is None and not context_rows
+    fixed_size = None  # a size of a ranked drafter given by the caller, set at the start of every request
     if isinstance(draft, Drafter):
         if context_rows:
             raise FrspecError("give the context rows to the drafter itself, not to build_generator")
@@ -128,19 +129,19 @@ def build_generator(
         if isinstance(token_map_size, int) and not isinstance(token_map_size, bool):
             if not isinstance(drafter.vocab, RankedVocab):
                 raise FrspecError("a map size for a drafter built outside build_generator needs its head ranked")
-            drafter.vocab.set_size(token_map_size)
+            fixed_size = token_map_size  # set per request: generators sharing the drafter may use other sizes
     else:
         drafter = build_drafter(target, draft, token_map, tokenizer, eagle, context_rows, context_budget,
                                 draft_head_quant, "auto" if auto_size else token_map_size)
     # SpeculativeGenerator's chain when no tree and no controller gives the shape (with a tree it is unused).
     chain = num_spec_tokens if isinstance(num_spec_tokens, int) else 4
-    if drafter is None or not (auto_length or auto_size):
-        return SpeculativeGenerator(target, drafter, tokenizer, chain, tree)
+    if drafter is None or not (auto_length or auto_size) or (fixed_size is not None and not auto_length):
+        return SpeculativeGenerator(target, drafter, tokenizer, chain, tree, map_size=fixed_size)
     vocab = drafter.vocab
     if auto_size and isinstance(vocab, RankedVocab):
         sizes = default_map_sizes(vocab.full_size, vocab.ranked_size)
     else:
-        sizes = (vocab.size,)
+        sizes = (vocab.size if fixed_size is None else fixed_size,)
     if auto_length:
         settings = ControllerSettings(sizes=sizes)
     elif tree is not None and tree.kind != "chain":
