@@ -26,7 +26,7 @@ Predicted speedup (MTP drafters only; --no-predict skips it): the chain model of
 a step of k drafts costing target(k + 1) + k * (body(1) + head(1)) and yielding (1 - a^(k+1)) / (1 - a) tokens at
 per-draft acceptance a, the best k in 1..4. The target is not timed whole (a 27B or 671B model does not fit here):
 target(n) = layers x the timed decoder layer at n rows + the full head at n rows (64 layers for Qwen3.5-27B, 61 for
-DeepSeek-V3), which ignores the linear-attention/dense-layer differences. Acceptance rates: llama.cpp issue 25187
+DeepSeek-V3), which ignores the linear-attention/dense-layer differences, made non-decreasing in n. Acceptance rates: llama.cpp issue 25187
 (see ACCEPTANCE).
 """
 
@@ -289,41 +289,51 @@ def build_heads(shape: Shape, fmt: str, sizes: list[int], device, chunk_above: i
     return heads
 
 
-def median_time(fn, x, repeats: int, warmup: int, device) -> float:
+def timed(fn, x, device) -> float:
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-    times = []
-    for i in range(warmup + repeats):
-        sync()
-        start = time.perf_counter()
-        fn(x)
-        sync()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+    sync()
+    start = time.perf_counter()
+    fn(x)
+    sync()
+    return time.perf_counter() - start
 
 
 @torch.inference_mode()
 def measure(shape: Shape, fmt: str, rows: list[int], predict_rows: list[int], repeats: int, warmup: int,
             device) -> dict:
+    """Median seconds of the body, each head and (for predictions) the decoder layer at each row count. Every round
+    times every (module, rows) once, in the same order, so a load change on the machine hits all of them alike
+    rather than whichever was being timed at the time."""
     body, layer = build_body(shape.name, device)
     body = quantize_body(body, fmt)
     sizes = [shape.vocab, *[s for s in MAP_SIZES if s < shape.vocab]]
     heads = build_heads(shape, fmt, sizes, device)
     gen = torch.Generator(device="cpu").manual_seed(1)
-    out: dict = {"body": {}, "head": {str(s): {} for s in sizes}, "layer": {}}
-    for n in sorted(set(rows) | set(predict_rows)):
+    tasks = []  # (kind, key, rows, module, input)
+    for n in sorted(set(rows) | set(predict_rows) | {1}):
         x = (torch.randn(n, shape.hidden, generator=gen) * 0.1).to(device, torch.bfloat16)
         if n in rows or n == 1:
-            out["body"][n] = median_time(body, x, repeats, warmup, device)
+            tasks.append(("body", None, n, body, x))
         for size, head in heads.items():
-            if n in rows or (size == shape.vocab and n in predict_rows) or n == 1:
-                out["head"][str(size)][n] = median_time(head, x, repeats, warmup, device)
+            if n in rows or n == 1 or (size == shape.vocab and n in predict_rows):
+                tasks.append(("head", str(size), n, head, x))
         if shape.target_layers and n in predict_rows:
-            out["layer"][n] = median_time(layer, x, repeats, warmup, device)
-        timed = [f"body {1e3 * out['body'][n]:.2f} ms"] if n in out["body"] else []
-        timed += [f"head[{s}] {1e3 * out['head'][str(s)][n]:.2f}" for s in sizes if n in out["head"][str(s)]]
-        timed += [f"layer {1e3 * out['layer'][n]:.2f}"] if n in out["layer"] else []
-        print(f"  {shape.name} {fmt} rows={n}: " + ", ".join(timed), flush=True)
+            tasks.append(("layer", None, n, layer, x))
+    samples: dict[tuple, list[float]] = {}
+    for r in range(warmup + repeats):
+        for kind, key, n, module, x in tasks:
+            t = timed(module, x, device)
+            if r >= warmup:
+                samples.setdefault((kind, key, n), []).append(t)
+    out: dict = {"body": {}, "head": {str(s): {} for s in sizes}, "layer": {}}
+    for (kind, key, n), ts in samples.items():
+        median = sorted(ts)[len(ts) // 2]
+        (out[kind] if key is None else out[kind][key])[n] = median
+    for n in sorted({t[2] for t in tasks}):
+        timed_ = [f"body {1e3 * out['body'][n]:.2f} ms"] if n in out["body"] else []
+        timed_ += [f"head[{s}] {1e3 * out['head'][str(s)][n]:.2f}" for s in sizes if n in out["head"][str(s)]]
+        timed_ += [f"layer {1e3 * out['layer'][n]:.2f}"] if n in out["layer"] else []
+        print(f"  {shape.name} {fmt} rows={n}: " + ", ".join(timed_), flush=True)
     del body, heads
     return out
 
@@ -333,7 +343,12 @@ def predictions(shape: Shape, m: dict) -> dict:
     from frspec.tune.cost_model import expected_tokens
 
     full = str(shape.vocab)
-    target = {n: shape.target_layers * m["layer"][n] + m["head"][full][n] for n in m["layer"]}
+    target: dict[int, float] = {}
+    for n in sorted(m["layer"]):
+        estimate = shape.target_layers * m["layer"][n] + m["head"][full][n]
+        # A forward over more rows reads the same weights and does more work: never cheaper than one over fewer.
+        # (Timing noise on a shared machine otherwise makes 1 row dearer than 3 and the speedup exceed k + 1.)
+        target[n] = max(estimate, target.get(n - 1, 0.0))
     out = {}
     for size, head in m["head"].items():
         draft = m["body"][1] + head[1]

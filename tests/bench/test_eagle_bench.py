@@ -56,7 +56,7 @@ def test_runner_with_eagle_chain_trees_and_maps_is_lossless_in_fp64(tiny_dirs, h
     assert result.divergences == []
     for g in result.generations:
         if g.method.tree is not None:
-            assert g.stats.tree == g.method.tree.describe()
+            assert g.stats.tree == str(g.method.tree)
 
     rows = {r["label"]: r for r in summarize(result)}
     assert all(r["greedy_identical"] == "yes" for label, r in rows.items() if label != VANILLA)

@@ -12,6 +12,7 @@ from frspec.commands.config_option import add_config_option, apply_drafting, app
 from frspec.commands.options import (
     add_device, add_dtype, add_quant_options, add_seed, add_threads, draft_load_options, draft_quant, target_quant,
 )
+from frspec.decode.decode_config import CONTEXT_BUDGETS
 from frspec.errors import FrspecError
 from frspec.io import read_text
 
@@ -36,7 +37,7 @@ def register(subparsers) -> None:
     p.add_argument("--context-rows", type=int, default=0, metavar="N",
                    help="context-aware drafting: up to N draft LM-head rows for the prompt's and the accepted "
                         "tokens besides the --token-map's (default: 0, the static map)")
-    p.add_argument("--context-budget", default="fixed", choices=("fixed", "additive"),
+    p.add_argument("--context-budget", default="fixed", choices=CONTEXT_BUDGETS,
                    help="fixed: the N rows replace the map's least frequent ones (k rows in all); additive: "
                         "k + N rows (default: %(default)s)")
     p.add_argument("--num-spec-tokens", default=None, metavar="K|auto",

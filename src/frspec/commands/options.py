@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 
+from frspec.models.loading import DTYPE_NAMES
 from frspec.models.quant import parse_quant
 
 # Model dtypes a command accepts (frspec.models.loading.parse_dtype reads them); "auto" is decided per model and
 # device (see load_model).
-DTYPE_CHOICES = ("auto", "bf16", "fp16", "fp32", "fp64")
+DTYPE_CHOICES = ("auto", *DTYPE_NAMES.values())
 # One default seed for every command that samples or shuffles: runs are reproducible unless asked otherwise.
 DEFAULT_SEED = 0
 

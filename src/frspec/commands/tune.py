@@ -180,6 +180,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from frspec.tune.search import TuneSettings, tune
     from frspec.models.defaults import ROLES
     from frspec.models.loading import (
+        dtype_name,
         check_same_vocab, load_model, parse_device, parse_dtype, resolve_model_dir, set_threads,
     )
     from frspec.models.tokenizer import load_tokenizer
@@ -215,8 +216,7 @@ def run_tune(args: argparse.Namespace) -> int:
     result = tune(target, draft, tokenizer, encoded, confirmation, token_maps, settings, say,
                   progress=not args.no_progress)
 
-    dtype = str(next(target.parameters()).dtype).removeprefix("torch.").replace("bfloat16", "bf16")
-    dtype = {"float16": "fp16", "float32": "fp32", "float64": "fp64"}.get(dtype, dtype)
+    dtype = dtype_name(next(target.parameters()).dtype)
     meta = {
         "command": "frspec " + " ".join(sys.argv[1:]),
         "commit": commit,

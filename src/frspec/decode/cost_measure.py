@@ -119,7 +119,7 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
         plain = _engine_run(SpeculativeGenerator(target), prompt, new_tokens)
         spec = _engine_run(SpeculativeGenerator(target, drafter, num_spec_tokens=2), prompt, new_tokens)
     finally:
-        if full is not None:
+        if isinstance(vocab, RankedVocab):
             vocab.set_size(before)
 
     def beyond_forwards(stats) -> float:
@@ -129,7 +129,7 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
     per_forward = (spec.draft_time_s - spec.draft_lm_head_time_s) / max(spec.draft_steps, 1)
     return StepCosts(target_costs, {1: max(per_forward, 0.0)}, head_costs,
                      step_overhead_s=beyond_forwards(spec), vanilla_overhead_s=beyond_forwards(plain),
-                     full_size=full if full is not None else int(vocab.size))
+                     full_size=vocab.full_size if isinstance(vocab, RankedVocab) else int(vocab.size))
 
 
 def _engine_run(generator: SpeculativeGenerator, prompt: list[int], new_tokens: int):

@@ -29,11 +29,12 @@ from typing import Any
 
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
+from frspec.vocab.context_vocab import BUDGETS
 from frspec.io import atomic_path, read_text
 
 SCHEMA = "frspec-config"
 VERSION = 1
-CONTEXT_BUDGETS = ("fixed", "additive")
+CONTEXT_BUDGETS = BUDGETS  # the context-aware vocabulary's budgets (vocab/context_vocab.py)
 _KNOWN = {"schema", "version", "target", "draft", "dtype", "quant", "draft_quant", "token_map", "tree",
           "context_rows", "context_budget", "costs", "predicted", "measured", "provenance"}
 AUTO = "auto"

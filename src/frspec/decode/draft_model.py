@@ -122,10 +122,8 @@ class DraftModelDrafter(Drafter):
         tree, node = TokenTree.from_root(root), 0
         for _ in range(depth):
             hidden = self.base(input_ids=inputs, cache=self.cache, use_cache=True).last_hidden_state[:, -1]
-            head_start = now(self.device)
-            node = add_children(tree, node, self._capped(self.vocab.logits(hidden))[0], 1, sampling, generator,
-                                self.vocab)[0]
-            self.lm_head_time_s += now(self.device) - head_start
+            # LM-head time is the head alone, as for trees; choosing the child counts as drafting time.
+            node = add_children(tree, node, self._logits(hidden)[0], 1, sampling, generator, self.vocab)[0]
             inputs = torch.tensor([[tree.tokens[node]]], device=self.device)
         # The last drafted token is not fed to the model: it is only needed if all drafts are accepted, and then
         # the next propose() feeds it together with the target's bonus token.

@@ -130,7 +130,7 @@ class DraftVocab(nn.Module):
         full[..., self.target_ids.to(probs.device)] = probs
         return full
 
-    # -- hooks a drafter calls; a static vocabulary has nothing to do (ContextVocab overrides them) --------------
+    # -- hooks a drafter calls; a static vocabulary has nothing to do (ContextVocab and RankedVocab override them) --
 
     def begin_request(self, prompt_ids) -> None:
         """A request starts with these prompt ids (a context-aware vocabulary takes them as rows)."""
