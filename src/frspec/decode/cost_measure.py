@@ -111,8 +111,8 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
 
     vocab_size = int(target.config.vocab_size)
     prompt = torch.randint(0, vocab_size, (context,), generator=torch.Generator().manual_seed(0)).tolist()
-    before = vocab.size
     full = vocab.full_size if isinstance(vocab, RankedVocab) else None
+    before = vocab.map_size if full is not None else vocab.size
     if full is not None:
         vocab.set_size(max(sizes))
     try:
