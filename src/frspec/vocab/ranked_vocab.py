@@ -203,6 +203,11 @@ class RankedVocab(DraftVocab):
 
     # -- context rows ----------------------------------------------------------------------------------------------
 
+    @property
+    def context_rows(self) -> int:
+        """How many rows hold the request's own tokens now (as ContextVocab.context_rows)."""
+        return self.n_ctx
+
     def set_context_floor(self, k: int) -> None:
         """Context rows only for tokens ranked at or beyond `k` (the smallest size ever chosen: ranks below it are
         always among the first k rows already)."""
