@@ -174,3 +174,17 @@ def test_greedy_identity_with_context_rows_on_a_ranked_head_and_k_changing_every
         context += vocab.n_ctx
     assert accepted > 0 and context > 0, "drafts accepted and context rows taken: the check is not vacuous"
     assert all(a != b for a, b in zip(used, used[1:]))
+
+
+@pytest.mark.parametrize("name", ["draft-chain", "eagle2-chain"])
+def test_greedy_identity_under_the_controller_without_a_map(target, prompts_and_refs, name):
+    """No map: the controller chooses only the length, over the drafter's plain (unranked) vocabulary."""
+    prompts, refs = prompts_and_refs
+    generator = build_generator(target, costs=FLAT, **drafters(target)[name])
+    assert generator.controller is not None and generator.controller.sizes == (VOCAB,)
+    drafted = 0
+    for prompt, ref in zip(prompts[:4], refs[:4]):
+        out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+        assert out.token_ids == ref
+        drafted += sum(out.stats.chosen_depth_histogram[1:])
+    assert drafted > 0
