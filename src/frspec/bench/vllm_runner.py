@@ -26,9 +26,18 @@ from frspec.errors import FrspecError
 
 # Read by frspec.vllm_plugin in each vLLM process (named there too; bench sits beside the plugin, not above it).
 TOKEN_MAP_ENV = "FRSPEC_TOKEN_MAP"
-VLLM_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16",
-               "float16": "float16", "fp32": "float32", "float32": "float32"}
-SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens")
+VLLM_DTYPES = ("auto", "bf16", "fp16", "fp32")  # names as models/loading.py reads them; auto is bf16 here
+
+
+def vllm_dtype(name: str) -> str:
+    """vLLM's name of a model dtype as models/loading.py reads it ("auto" is bf16 here; no fp64 on vLLM's CPU)."""
+    from frspec.models.loading import DTYPES
+
+    key = str(name).strip().lower()
+    dtype = "bfloat16" if key == "auto" else str(DTYPES.get(key, "")).removeprefix("torch.")
+    if dtype not in ("bfloat16", "float16", "float32"):
+        raise FrspecError(f"--engine vllm supports dtypes {', '.join(VLLM_DTYPES)}, not {name!r}")
+    return dtype
 
 
 def require_vllm() -> None:
@@ -304,9 +313,7 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
     if plan.sampling.temperature != 0.0:
         raise FrspecError("--engine vllm benchmarks greedy decoding (--temperature 0)")
     batch_sizes = plan.batch_sizes
-    dtype = VLLM_DTYPES.get(plan.dtype)
-    if dtype is None:
-        raise FrspecError(f"--engine vllm supports dtypes {', '.join(VLLM_DTYPES)}, not {plan.dtype!r}")
+    dtype = vllm_dtype(plan.dtype)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc: asks each worker for its FR-Spec head
 
