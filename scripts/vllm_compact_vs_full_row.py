@@ -49,7 +49,8 @@ def main() -> None:
                     times[name].append((time.perf_counter() - start) / CALLS * 1e6)
             c, f = times["compact"], times["full"]
             print(f"K={k} B={batch}: compact median {statistics.median(c):.0f} us, full row median "
-                  f"{statistics.median(f):.0f} us, full/compact median {statistics.median(f) / statistics.median(c):.3f} "
+                  f"{statistics.median(f):.0f} us, full/compact median "
+                  f"{statistics.median(f) / statistics.median(c):.3f} "
                   f"(min {min(f) / min(c):.3f})", flush=True)
 
 
