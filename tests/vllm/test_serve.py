@@ -67,7 +67,9 @@ def _client(url):
 
 def test_every_vllm_process_loaded_the_map(server):
     _, log = server
-    assert "FR-Spec: draft_model drafter scores 40 of 96 target ids" in log.read_text()
+    text = log.read_text()
+    assert "FR-Spec: Qwen2ForCausalLM scores 40 of 96 target ids" in text
+    assert "FR-Spec confirmed before serving: runner V1, drafter DraftModelProposer (Qwen2ForCausalLM)" in text
 
 
 def test_completions_equal_the_target_alone(server, tiny):

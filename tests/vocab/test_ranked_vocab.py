@@ -103,3 +103,18 @@ def test_to_moves_the_views_along():
     ranked = ranked.to(torch.float64)
     assert ranked.head.weight.dtype == torch.float64 and ranked.head.weight.shape[0] == 3
     assert ranked.head.weight.data_ptr() == ranked.weight_all.data_ptr()
+
+
+def test_shipped_counts_rank_a_head_when_no_map_is_given():
+    from frspec.vocab.shipped import default_ranking, shipped_for, shipped_metadata
+
+    identity = shipped_metadata("qwen2.5")["tokenizer"]
+    assert shipped_for(identity) == "qwen2.5" and shipped_for({"vocab_hash": "none"}) is None
+    ranking = default_ranking(identity, 151936)
+    assert ranking.k == 65536 and ranking.counts is not None
+    ranked = RankedVocab.build(torch.zeros(151936, 2), ranking)
+    kept = sorted(ranking.metadata["kept_tokens"].values())
+    assert sorted(ranked.target_ids_all[: len(kept)].tolist()) == kept  # special tokens in every prefix
+    cover = [ranked.coverage(k) for k in (4096, 16384, 65536, 151936)]
+    assert 0.5 < cover[0] < cover[1] < cover[2] <= cover[3] == pytest.approx(1.0)
+    assert default_ranking({"vocab_hash": "none"}, 151936) is None

@@ -35,6 +35,13 @@ DTYPES = {
     "double": torch.float64,
 }
 HALF_DTYPES = (torch.float16, torch.bfloat16)
+# The short name of each model dtype: what commands accept (besides "auto") and reports print.
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """"bf16", "fp16", "fp32" or "fp64" (another dtype: its torch name)."""
+    return DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
 
 
 def parse_dtype(dtype: str | torch.dtype) -> torch.dtype | None:

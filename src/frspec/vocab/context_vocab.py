@@ -264,6 +264,10 @@ class ContextVocab(DraftVocab):
             self._write(start, written)
             self._activate()
 
+    def quantize_head(self, quantize) -> bool:
+        """Never: the active rows are rewritten per request from the float source head, so they stay float."""
+        return False
+
     @property
     def context_rows(self) -> int:
         """How many active rows hold request tokens (rather than the map's)."""

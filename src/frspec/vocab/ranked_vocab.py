@@ -153,6 +153,10 @@ class RankedVocab(DraftVocab):
         """The row (rank) of each target id; full_size for ids the head cannot score."""
         return self.rank_of[torch.as_tensor(token_ids, dtype=torch.long).cpu()]
 
+    def quantize_head(self, quantize) -> bool:
+        """Refused: a packed (int4/int8) head has one row count, while a ranked head's changes per step."""
+        raise FrspecError("a quantized draft head has one fixed map size: give a map size (not auto)")
+
     def _activate(self) -> None:
         """Point the head, target ids and rows at the first k rows (views: nothing is copied)."""
         k = self._k
@@ -174,21 +178,34 @@ class RankedVocab(DraftVocab):
 
 
 def _order(ranking: Ranking, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor | None, TokenMap | None]:
-    """(ids in rank order, counts over the vocabulary or None, the ranking as a TokenMap or None)."""
+    """(ids in rank order, counts over the vocabulary or None, the ranking as a TokenMap or None).
+
+    The tokens every map must keep (special and chat-template tokens: a map's `kept_tokens`, counts'
+    `keep_tokens`) rank first, so that every prefix of at least that many rows holds them, as every map
+    `TokenMap.from_counts` selects does: the first k rows are then that k-map's ids."""
     if isinstance(ranking, TokenMap):
         ranking.check_vocab_size(vocab_size, "the draft head's target")
         counts = None
         if ranking.counts is not None:
             counts = torch.zeros(vocab_size, dtype=torch.long)
             counts[ranking.ids] = ranking.counts
-        return ranking.ids.cpu(), counts, ranking
+        kept = ranking.metadata.get("kept_tokens") or {}
+        return _kept_first(ranking.ids.cpu(), kept.values()), counts, ranking
     if isinstance(ranking, TokenCounts):
         if ranking.vocab_size != vocab_size:
             raise FrspecError(f"the counts cover {ranking.vocab_size} ids but the draft head's target has {vocab_size}")
-        return rank_by_count(ranking.counts), ranking.counts, None
+        return _kept_first(rank_by_count(ranking.counts), ranking.keep_tokens.values()), ranking.counts, None
     ranking = torch.as_tensor(ranking)
     if ranking.dim() != 1 or ranking.dtype.is_floating_point or ranking.dtype == torch.bool:
         raise FrspecError("a ranking is a TokenMap, TokenCounts, or a 1-D list of token ids (most frequent first)")
     ids = ranking.to(torch.long)
     TokenMap(ids, vocab_size)  # one-line errors for out-of-range or repeated ids
     return ids, None, None
+
+
+def _kept_first(order: torch.Tensor, kept) -> torch.Tensor:
+    kept = torch.as_tensor(sorted({int(i) for i in kept}), dtype=torch.long)
+    if kept.numel() == 0:
+        return order
+    is_kept = torch.isin(order, kept)
+    return torch.cat([order[is_kept], order[~is_kept]])

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The CUDA checks in one run (about 10 minutes at most on one H200), offline, from a plain checkout:
+#
+#     OUT=/some/dir bash scripts/gpu_checks.sh
+#
+# 1. the CUDA-marked tests (tests/cuda: greedy identity against the target alone for every drafter and draft shape
+#    on tiny models, the sampling tests' device paths, the int4/int8 kernels' CUDA dispatch), at most 5 minutes;
+# 2. scripts/head_costs.py on the device: each drafter's step with its full LM head and with 64k/32k/16k rows,
+#    bf16/int8/int4, on random weights of the real shapes, at batch 1, 4, 16 and 64, at most 4 minutes.
+#
+# Needs only PyTorch (with CUDA), Triton and transformers. pytest is used when importable; if not, and a
+# shared/wheels folder holds its wheels (`pip download pytest -d shared/wheels` on a machine with network), it is
+# installed from there without network; otherwise the tests are reported as not run. Writes everything to $OUT:
+# environment.txt, cuda-tests.txt (+ cuda-tests.xml), head-costs.txt and head-costs/ (head_costs.json, .md), and
+# summary.txt. Exit status: 0 when every step ran and passed.
+set -u
+OUT=${OUT:-gpu-checks-out}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+PY=${PYTHON:-python}
+status=0
+
+{
+  date -u
+  git rev-parse --short HEAD 2>/dev/null || echo "commit: unknown (no git)"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "nvidia-smi: not found"
+  "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+'available', torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else '-'); \
+print('transformers', transformers.__version__)"
+  lscpu 2>/dev/null | grep 'Model name'
+} > "$OUT/environment.txt" 2>&1
+cat "$OUT/environment.txt"
+
+if ! "$PY" -c "import pytest" 2>/dev/null && [ -d shared/wheels ]; then
+  "$PY" -m pip install --no-index --find-links shared/wheels pytest > "$OUT/pytest-install.txt" 2>&1
+fi
+if "$PY" -c "import pytest" 2>/dev/null; then
+  timeout 300 "$PY" -m pytest tests/cuda -m cuda -q -p no:cacheprovider -rs --durations=10 \
+      --junitxml="$OUT/cuda-tests.xml" > "$OUT/cuda-tests.txt" 2>&1
+  tests=$?
+  tail -n 25 "$OUT/cuda-tests.txt"
+else
+  echo "pytest is not installed and shared/wheels has none: the CUDA tests were NOT run" | tee "$OUT/cuda-tests.txt"
+  tests=127
+fi
+[ "$tests" -eq 0 ] || status=1
+
+timeout 240 "$PY" scripts/head_costs.py --device cuda --rows 1,4,16,64 --repeats 20 --warmup 5 \
+    --out "$OUT/head-costs" > "$OUT/head-costs.txt" 2>&1
+costs=$?
+tail -n 60 "$OUT/head-costs.txt"
+[ "$costs" -eq 0 ] || status=1
+
+printf 'cuda tests exit %s\nhead costs exit %s\n' "$tests" "$costs" | tee "$OUT/summary.txt"
+exit $status
