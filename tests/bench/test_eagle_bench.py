@@ -199,3 +199,21 @@ def test_cli_bad_eagle_input_is_one_line_error(tiny_dirs, tmp_path, capsys, extr
     assert code == 2 and message in err[-1] and err[-1].startswith("frspec: error:")
     assert not any("Traceback" in line for line in err)
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_cli_eagle_mtp_drafts_with_the_targets_own_mtp_layers(tiny_dirs, tmp_path, capsys):
+    """`--eagle mtp`: the EAGLE rows draft with the MTP layers of the EAGLE target's checkpoint (a tiny MiMo here:
+    dense, so it runs in the bench's fp64); greedy rows equal that target's vanilla row (the bench refuses
+    divergences)."""
+    from tests.bench.conftest import make_tokenizer
+    from tests.decode.mtp_tiny import save_mtp_checkpoint
+
+    mtp_dir = save_mtp_checkpoint(tmp_path / "mtp_target", "mimo", vocab=VOCAB)
+    make_tokenizer().save_pretrained(mtp_dir)
+    code = _bench(tiny_dirs, tmp_path, "--eagle", "mtp", "--eagle-target", str(mtp_dir), "--tree-shapes",
+                  "chain-2,static-2x2", "--eagle-token-map-sizes", "64")
+    assert code == 0, capsys.readouterr().err
+    payload = json.loads((tmp_path / "out" / "results.json").read_text())
+    rows = [r for r in payload["rows"] if r["target"] == str(mtp_dir)]
+    labels = [r["label"] for r in rows]
+    assert labels[0] == "vanilla" and "eagle chain-2" in labels and "eagle+fr-spec static-2x2 map=64" in labels

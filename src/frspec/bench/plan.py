@@ -127,7 +127,10 @@ class BenchPlan:
     @property
     def eagle_target(self) -> str | None:
         """The model the EAGLE head drafts for (None without EAGLE rows)."""
-        return (self.eagle_target_given or DEFAULT_EAGLE_TARGET) if self.eagle else None
+        if not self.eagle:
+            return None
+        # `--eagle mtp` drafts with a checkpoint's own MTP layers: by default the main target's.
+        return self.eagle_target_given or (self.target if self.eagle == "mtp" else DEFAULT_EAGLE_TARGET)
 
     @property
     def quant_draft_heads(self) -> dict[str, str | None]:

@@ -53,7 +53,7 @@ def _load_sections(plan: BenchPlan, say) -> list[Section]:
     """Load each model once (the default 0.5B model is both the draft and the EAGLE target) and the EAGLE head;
     EAGLE rows join the main table when their target is the main target, else they get their own. The quantized
     copies join the main section (the llama.cpp peer too, loaded later by run_bench)."""
-    from frspec.bench.eagle_heads import resolve_eagle_head
+    from frspec.bench.eagle_heads import MTP_HEAD, resolve_eagle_head
     from frspec.models.eagle_loading import load_eagle_head
     from frspec.models.loading import load_model, resolve_model_dir
 
@@ -85,7 +85,13 @@ def _load_sections(plan: BenchPlan, say) -> list[Section]:
     sections = [main]
     if plan.eagle:
         eagle_target = model(eagle_target_spec)
-        head = load_eagle_head(head_dir, eagle_target)  # refuses a head that does not fit its target
+        if plan.eagle == MTP_HEAD:  # the EAGLE target's own MTP layers, drafted by an MtpDrafter
+            from frspec.models.mtp import load_mtp_head
+
+            head_dir = Path(dirs[eagle_target_spec])
+            head = load_mtp_head(eagle_target, head_dir)
+        else:
+            head = load_eagle_head(head_dir, eagle_target)  # refuses a head that does not fit its target
         if eagle_target is main.target:
             main.eagle_spec, main.eagle_dir, main.eagle = plan.eagle, str(head_dir), head
         else:

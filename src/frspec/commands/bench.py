@@ -73,8 +73,9 @@ def register(subparsers) -> None:
     p.add_argument("--draft-tree-shapes", default=None, metavar="SHAPES",
                    help=f"also draft these token trees with the draft model (and its maps): {SYNTAX}")
     p.add_argument("--eagle", default=None, metavar="HEAD",
-                   help=f"add EAGLE rows: an EAGLE head directory or hub id, or '{DEFAULT_HEAD}' for the head "
-                        f"`frspec train eagle` wrote to the model cache for {DEFAULT_EAGLE_TARGET}")
+                   help=f"add EAGLE rows: an EAGLE head directory or hub id, '{DEFAULT_HEAD}' for the head "
+                        f"`frspec train eagle` wrote to the model cache for {DEFAULT_EAGLE_TARGET}, or 'mtp' for "
+                        "the MTP layers the EAGLE target's checkpoint carries (default EAGLE target: --target)")
     p.add_argument("--eagle-target", default=None, metavar="T",
                    help=f"the target the EAGLE head drafts for (default: {DEFAULT_EAGLE_TARGET}); its own vanilla "
                         "row is the EAGLE rows' reference, and it shares one table with --target if they are the same")
