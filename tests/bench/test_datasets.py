@@ -145,3 +145,55 @@ def test_mtbench_reference_answers_cover_both_turns():
     assert second.history[0]["content"] == first.text and second.history[1]["content"] == first.reference
     with_ref = [p for p in load_mtbench() if p.reference]
     assert len(with_ref) == 30 and {p.category for p in with_ref} == {"math", "reasoning", "coding"}
+
+
+def _write_mo(path, messages: dict[str, str]) -> None:
+    """A GNU .mo catalog (the format gettext reads): header entry plus `messages`, ids sorted as msgfmt does."""
+    import struct
+
+    entries = sorted({"": "Content-Type: text/plain; charset=UTF-8\n", **messages}.items())
+    ids = [k.encode() for k, _ in entries]
+    strs = [v.encode() for _, v in entries]
+    n = len(entries)
+    key_start = 7 * 4 + 16 * n
+    offsets, data = [], b""
+    for blob in ids + strs:
+        offsets.append((len(blob), key_start + len(data)))
+        data += blob + b"\0"
+    header = struct.pack("<7I", 0x950412DE, 0, n, 7 * 4, 7 * 4 + 8 * n, 0, 0)
+    table = b"".join(struct.pack("<2I", *o) for o in offsets)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(header + table + data)
+
+
+def test_multilingual_prompts_continue_each_catalog_in_its_language(tmp_path):
+    from frspec.bench.multilingual_prompts import MESSAGES_PER_PROMPT, load_multilingual
+
+    for lang, word in (("de", "Fehler"), ("ja", "エラー")):
+        msgs = {f"msg {i:03d}": f"{word} Nummer {i} ist eine lange Meldung" for i in range(4 * MESSAGES_PER_PROMPT)}
+        _write_mo(tmp_path / "vim91" / "lang" / lang / "LC_MESSAGES" / "vim.mo", msgs)
+    pattern = str(tmp_path / "vim*" / "lang" / "{lang}" / "LC_MESSAGES" / "vim.mo")
+    prompts = load_multilingual(None, pattern, {"de": "German", "ja": "Japanese", "ru": "Russian"})
+    assert [p.id for p in prompts] == ["lang-de-0", "lang-de-1", "lang-ja-0", "lang-ja-1"]  # no Russian catalog
+    first = prompts[0]
+    assert first.category == "German" and "in German" in first.text and "Fehler Nummer 0 " in first.text
+    assert first.reference.splitlines()[0] == f"Fehler Nummer {MESSAGES_PER_PROMPT} ist eine lange Meldung"
+    assert "エラー" in prompts[2].text
+    assert [p.id for p in load_multilingual(2, pattern, {"de": "German", "ja": "Japanese"})] == ["lang-de-0",
+                                                                                                 "lang-ja-0"]
+    with pytest.raises(FrspecError, match="apt-get install vim-runtime"):
+        load_multilingual(None, str(tmp_path / "none" / "{lang}.mo"))
+
+
+def test_mix_interleaves_datasets_and_spreads_over_them(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("".join(json.dumps({"id": f"a{i}", "prompt": f"alpha {i}"}) + "\n" for i in range(4)))
+    b.write_text("".join(json.dumps({"id": f"b{i}", "prompt": f"beta {i}"}) + "\n" for i in range(2)))
+    mixed = load_prompts(f"mix:{a},{b}")
+    assert [p.text for p in mixed] == ["alpha 0", "beta 0", "alpha 1", "beta 1", "alpha 2", "alpha 3"]
+    assert {p.category for p in mixed} == {str(a), str(b)} and len({p.id for p in mixed}) == 6
+    assert [p.text for p in load_prompts(f"mix:{a},{b}", num_prompts=4)] == ["alpha 0", "beta 0", "alpha 1",
+                                                                              "beta 1"]
+    for bad in (f"mix:{a}", f"mix:{a},{a}"):
+        with pytest.raises(FrspecError, match="two or more different datasets"):
+            load_prompts(bad)

@@ -56,7 +56,7 @@ def test_runner_with_eagle_chain_trees_and_maps_is_lossless_in_fp64(tiny_dirs, h
     assert result.divergences == []
     for g in result.generations:
         if g.method.tree is not None:
-            assert g.stats.tree == g.method.tree.describe()
+            assert g.stats.tree == str(g.method.tree)
 
     rows = {r["label"]: r for r in summarize(result)}
     assert all(r["greedy_identical"] == "yes" for label, r in rows.items() if label != VANILLA)
@@ -120,20 +120,27 @@ def test_cli_eagle_on_its_own_target_gets_its_own_table_and_vanilla(tiny_dirs, t
     main_t, eagle_t = str(target_dir), str(draft_dir)
     assert labels == [
         (main_t, "vanilla"), (main_t, "draft k=2"), (main_t, "fr-spec k=2 map=16"),
-        (main_t, "draft static-2x2"), (main_t, "fr-spec static-2x2 map=16"),
+        (main_t, "draft static-2x2"), (main_t, "fr-spec static-2x2 map=16"), (main_t, "fr-spec auto (maps <= 16)"),
         (eagle_t, "vanilla"), (eagle_t, "eagle chain-2"), (eagle_t, "eagle+fr-spec chain-2 map=64"),
+        (eagle_t, "eagle+fr-spec chain-2 map=auto (maps <= 64)"),
         (eagle_t, "eagle dynamic-3x2x4"), (eagle_t, "eagle+fr-spec dynamic-3x2x4 map=64"),
+        (eagle_t, "eagle+fr-spec dynamic-3x2x4 map=auto (maps <= 64)"),
     ]
     assert all(r["greedy_identical"] in ("yes", "reference") for r in payload["rows"])
     # Speedups of EAGLE rows are against the EAGLE target's own vanilla.
-    eagle_vanilla = payload["rows"][5]
-    assert payload["rows"][6]["speedup_vs_vanilla"] == pytest.approx(
-        payload["rows"][6]["decode_tokens_per_s"] / eagle_vanilla["decode_tokens_per_s"])
+    eagle_vanilla = payload["rows"][6]
+    assert payload["rows"][7]["speedup_vs_vanilla"] == pytest.approx(
+        payload["rows"][7]["decode_tokens_per_s"] / eagle_vanilla["decode_tokens_per_s"])
+    # Each EAGLE auto row is judged against the best of the EAGLE target's vanilla and static EAGLE rows.
+    eagle_rows = [r for r in payload["rows"] if r["target"] == eagle_t]
+    auto = eagle_rows[3]
+    best = max((r for r in eagle_rows if not r["auto"]), key=lambda r: r["decode_tokens_per_s"])
+    assert auto["auto"] and auto["best_static"] == best["label"] and sum(auto["chosen_map_sizes"].values()) > 0
     meta = payload["meta"]
     assert meta["eagle_head"] == str(head) and meta["eagle_target"] == eagle_t
     assert [s["target"] for s in meta["sections"]] == [main_t, eagle_t]
     assert meta["sections"][1]["eagle_head_version"] == 2 and meta["sections"][1]["draft"] is None
-    assert len(payload["generations"]) == 2 * 10
+    assert len(payload["generations"]) == 2 * 13
     assert {g["target"] for g in payload["generations"]} == {main_t, eagle_t}
     md = (tmp_path / "out" / "results.md").read_text()
     assert f"### Target `{eagle_t}`" in md and "| eagle+fr-spec | dynamic-3x2x4 | 3 | 64 |" in md
@@ -156,7 +163,8 @@ def test_cli_default_head_on_the_main_target_shares_its_table(tiny_dirs, tmp_pat
                   "--tree-shapes", "static-2x2", "--eagle-token-map-sizes", "16")
     assert code == 0
     payload = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert [r["label"] for r in payload["rows"]] == ["vanilla", "eagle static-2x2", "eagle+fr-spec static-2x2 map=16"]
+    assert [r["label"] for r in payload["rows"]] == ["vanilla", "eagle static-2x2", "eagle+fr-spec static-2x2 map=16",
+                                                     "eagle+fr-spec static-2x2 map=auto (maps <= 16)"]
     assert all(r["greedy_identical"] in ("yes", "reference") for r in payload["rows"])
     assert payload["meta"]["eagle_head_dir"] == str(head) and len(payload["meta"]["sections"]) == 1
 
@@ -191,3 +199,21 @@ def test_cli_bad_eagle_input_is_one_line_error(tiny_dirs, tmp_path, capsys, extr
     assert code == 2 and message in err[-1] and err[-1].startswith("frspec: error:")
     assert not any("Traceback" in line for line in err)
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_cli_eagle_mtp_drafts_with_the_targets_own_mtp_layers(tiny_dirs, tmp_path, capsys):
+    """`--eagle mtp`: the EAGLE rows draft with the MTP layers of the EAGLE target's checkpoint (a tiny MiMo here:
+    dense, so it runs in the bench's fp64); greedy rows equal that target's vanilla row (the bench refuses
+    divergences)."""
+    from tests.bench.conftest import make_tokenizer
+    from tests.decode.mtp_tiny import save_mtp_checkpoint
+
+    mtp_dir = save_mtp_checkpoint(tmp_path / "mtp_target", "mimo", vocab=VOCAB)
+    make_tokenizer().save_pretrained(mtp_dir)
+    code = _bench(tiny_dirs, tmp_path, "--eagle", "mtp", "--eagle-target", str(mtp_dir), "--tree-shapes",
+                  "chain-2,static-2x2", "--eagle-token-map-sizes", "64")
+    assert code == 0, capsys.readouterr().err
+    payload = json.loads((tmp_path / "out" / "results.json").read_text())
+    rows = [r for r in payload["rows"] if r["target"] == str(mtp_dir)]
+    labels = [r["label"] for r in rows]
+    assert labels[0] == "vanilla" and "eagle chain-2" in labels and "eagle+fr-spec static-2x2 map=64" in labels

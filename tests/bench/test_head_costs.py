@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import head_costs  # noqa: E402
+from scripts import head_costs  # the repository root is on the path (tests/ is a package); scripts/ a namespace
 
 
 def test_head_costs_runs_and_predicts(tmp_path, monkeypatch):

@@ -143,7 +143,7 @@ def test_cli_quick_on_cpu_has_int4_rows_cost_curve_and_notes_missing_llamacpp(ti
     payload = json.loads((out / "results.json").read_text())
     labels = [r["label"] for r in payload["rows"]]
     k = payload["meta"]["sections"][0]["quant_num_spec_tokens"]["int4"][0]  # chosen from the measured curve
-    assert labels == ["vanilla", "draft k=3", "fr-spec k=3 map=16",
+    assert labels == ["vanilla", "draft k=3", "fr-spec k=3 map=16", "fr-spec auto (maps <= 16)",
                       "int4 vanilla", f"int4 draft k={k}", f"int4 fr-spec k={k} map=64"]
     assert all(r["greedy_identical"] in ("yes", "reference") for r in payload["rows"])
     curves = payload["row_costs_s"]

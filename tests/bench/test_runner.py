@@ -136,17 +136,20 @@ def test_cli_bench_end_to_end(tiny_dirs, tmp_path, capsys):
     payload = json.loads((out / "results.json").read_text())
     labels = [r["label"] for r in payload["rows"]]
     assert labels == ["vanilla", "draft k=1", "fr-spec k=1 map=16", "fr-spec k=1 map=64",
-                      "draft k=3", "fr-spec k=3 map=16", "fr-spec k=3 map=64"]
+                      "draft k=3", "fr-spec k=3 map=16", "fr-spec k=3 map=64", "fr-spec auto (maps <= 64)"]
     assert all(r["greedy_identical"] in ("yes", "reference") for r in payload["rows"])
+    auto = payload["rows"][-1]
+    assert auto["auto_vs_best_static"] > 0 and auto["best_static"] in labels[:-1]
     meta = payload["meta"]
     assert meta["dtype"] == "float64" and meta["threads"] == 1 and meta["num_prompts"] == 2
     assert meta["prompt_ids"] == ["mtbench-81", "mtbench-121"]  # MT-Bench writing and coding: spread out
     assert meta["machine"]["cores"] and meta["commit"]
-    assert len(payload["generations"]) == 2 * 7
+    assert len(payload["generations"]) == 2 * 8
     for name in ("results.csv", "results.md", "throughput_vs_map_size.png", "acceptance_vs_map_size.png"):
         assert (out / name).stat().st_size > 0
     table = capsys.readouterr().out
-    assert "Acceptance" in table and "fr-spec │ chain-3 │        3 │        64 │" in table
+    assert "Acceptance" in table and "fr-spec      │ chain-3 │        3 │        64 │" in table
+    assert "fr-spec auto │ auto    │" in table
 
 
 def test_cli_token_map_files_set_the_sizes(tiny_dirs, tmp_path):
@@ -166,7 +169,8 @@ def test_cli_token_map_files_set_the_sizes(tiny_dirs, tmp_path):
     payload = json.loads((out / "results.json").read_text())
     k = payload["meta"]["sections"][0]["quant_num_spec_tokens"]["int4"][0]
     # --quick on a CPU adds the int4 rows; the file's map serves them too.
-    assert [r["label"] for r in payload["rows"]] == ["vanilla", "draft k=3", "fr-spec k=3 map=32", "int4 vanilla",
+    assert [r["label"] for r in payload["rows"]] == ["vanilla", "draft k=3", "fr-spec k=3 map=32",
+                                                     "fr-spec auto (maps <= 32)", "int4 vanilla",
                                                      f"int4 draft k={k}", f"int4 fr-spec k={k} map=32"]
 
 
@@ -184,6 +188,9 @@ def test_cli_token_map_files_set_the_sizes(tiny_dirs, tmp_path):
         (["--context-rows", "8", "--engine", "vllm"], "frspec's own engine"),
         (["--context-rows", "8", "--context-budgets", "fixed,more"], "context budget must be one of"),
         (["--token-map-source", "code"], "drop it with --token-map or --counts"),
+        # issue 21: a mixed workload
+        (["--dataset", "x.jsonl", "--mix", "mtbench,code"], "give --dataset or --mix"),
+        (["--mix", "mtbench"], "two or more different datasets"),
     ],
 )
 def test_cli_bad_input_is_one_line_error(tiny_dirs, tmp_path, capsys, extra, message):
@@ -196,3 +203,61 @@ def test_cli_bad_input_is_one_line_error(tiny_dirs, tmp_path, capsys, extra, mes
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
     assert not (tmp_path / "o" / "results.json").exists()
+
+
+def test_auto_rows_share_one_ranked_head_with_the_static_rows_and_stay_lossless(tiny_dirs, tmp_path, monkeypatch):
+    from frspec.bench.runner import _build_generators
+
+    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path / "cache"))
+    target, draft, tok = _load(tiny_dirs)
+    counts = _counts(tok)
+    maps = {k: TokenMap.from_counts(counts, top_k=k) for k in (16, 64)}
+    methods = plan_methods([2], [16, 64], auto=True)
+    auto = methods[-1]
+    assert auto.auto and auto.label == "fr-spec auto (maps <= 64)" and auto.token_map_size == 64
+    generators = _build_generators(methods, target, draft, None, tok, maps)
+    head = generators[auto].drafter
+    assert hasattr(head.vocab, "set_size") and generators[auto].controller is not None
+    for m in methods[1:-1]:  # draft k=2 (no map) and both static maps: the same ranked head, at their size
+        assert generators[m].drafter is head and generators[m].controller is None
+    assert [generators[m].map_size for m in methods[1:-1]] == [head.vocab.full_size, 16, 64]
+    result = run_benchmark(target, draft, tok, _prompts(tok), methods, maps, max_new_tokens=16, progress=False)
+    assert result.divergences == []
+    rows = {r["label"]: r for r in summarize(result)}
+    row = rows[auto.label]
+    assert row["greedy_identical"] == "yes" and sum(row["chosen_depth_histogram"]) == row["target_forwards"]
+    best = max((r for r in rows.values() if not r["auto"]), key=lambda r: r["decode_tokens_per_s"])
+    assert row["best_static"] == best["label"]
+    assert row["auto_vs_best_static"] == pytest.approx(row["decode_tokens_per_s"] / best["decode_tokens_per_s"])
+    # The static rows drafted at their own size even though the auto row changed it in between.
+    assert rows["fr-spec k=2 map=16"]["acceptance_length"] <= rows["draft k=2"]["acceptance_length"]
+
+
+def test_cli_bench_mix_reports_each_dataset_with_auto_against_its_best_static(tiny_dirs, tmp_path, monkeypatch):
+    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path / "cache"))
+    target_dir, draft_dir = tiny_dirs
+    counts_path = tmp_path / "counts.safetensors"
+    _counts(load_tokenizer(str(target_dir))).save(counts_path)
+    a, b = tmp_path / "words.jsonl", tmp_path / "math.jsonl"
+    a.write_text('{"prompt": "the quick brown fox"}\n{"prompt": "a lazy dog sleeps"}\n')
+    b.write_text('{"prompt": "sum of a python list"}\n{"prompt": "the math of 2 and 3"}\n')
+    out = tmp_path / "out"
+    threads = torch.get_num_threads()
+    code = main(["bench", "--target", str(target_dir), "--draft", str(draft_dir), "--dtype", "fp64", "--threads",
+                 "1", "--mix", f"{a},{b}", "--num-prompts", "4", "--max-new-tokens", "8", "--num-spec-tokens", "2",
+                 "--token-map-sizes", "16,64", "--counts", str(counts_path), "--out", str(out), "--no-progress"])
+    torch.set_num_threads(threads)
+    assert code == 0
+    payload = json.loads((out / "results.json").read_text())
+    assert payload["meta"]["dataset"] == f"mix:{a},{b}" and len(payload["meta"]["prompt_ids"]) == 4
+    by = payload["per_dataset"]
+    assert [r["dataset"] for r in by if r["auto"]] == [str(a), str(b)]
+    labels = {r["label"] for r in payload["rows"]}
+    for r in by:
+        assert r["prompts"] == 2 and r["label"] in labels
+        if r["auto"]:
+            same = [x for x in by if x["dataset"] == r["dataset"] and not x["auto"]]
+            best = max(same, key=lambda x: x["decode_tokens_per_s"])
+            assert r["best_static"] == best["label"]
+            assert r["auto_vs_best_static"] == pytest.approx(r["decode_tokens_per_s"] / best["decode_tokens_per_s"])
+    assert "## Per dataset (mixed run)" in (out / "results.md").read_text()

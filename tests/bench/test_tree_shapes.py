@@ -10,7 +10,7 @@ def test_parse_and_label_each_kind():
     shapes = parse_tree_shapes("chain-4, static-3x2,DYNAMIC-5x4x24")
     assert shapes == (TreeShape.chain(4), TreeShape.static(3, 2), TreeShape.dynamic(5, 4, 24))
     assert [str(s) for s in shapes] == ["chain-4", "static-3x2", "dynamic-5x4x24"]  # the one printer
-    assert ",".join(s.describe() for s in shapes) == "chain-4,static-3x2,dynamic-5x4x24"
+    assert ",".join(str(s) for s in shapes) == "chain-4,static-3x2,dynamic-5x4x24"
     assert all(TreeShape.parse(str(s)) == s for s in shapes)  # and the one parser reads it back
     assert parse_tree_shapes("static-2x1") == (TreeShape.chain(2),)  # branching 1 is a chain
 

@@ -15,3 +15,21 @@ def test_without_vllm_the_command_says_how_to_get_it(capsys):
     assert main(["bench", "--engine", "vllm", "--out", "/nonexistent"]) == 2
     err = capsys.readouterr().err.strip()
     assert "setup_vllm.sh" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("flag, eager", [([], True), (["--vllm-compiled"], False)])
+def test_vllm_rows_are_eager_by_default_and_compiled_on_request(flag, eager):
+    """Issue 19's table has compiled and eager rows: one run each, the flag picks vLLM's enforce_eager."""
+    import argparse
+
+    from frspec.bench.methods import VANILLA, Method
+    from frspec.bench.vllm_runner import Drafters, _engine_kwargs
+    from frspec.commands.bench import plan_from_args, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["bench", "--engine", "vllm", "--batch-sizes", "1,4,16", *flag])
+    plan = plan_from_args(args)
+    assert plan.batch_sizes == (1, 4, 16) and plan.vllm_compiled is (not eager)
+    kwargs = _engine_kwargs(Method(VANILLA), "target", Drafters(), "float32", 256, 16, 0, plan.vllm_compiled)
+    assert kwargs["enforce_eager"] is eager

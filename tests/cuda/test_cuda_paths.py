@@ -15,7 +15,7 @@ from frspec.decode.factory import build_generator
 from frspec.decode.sampling import SamplingParams
 from frspec.models import quant_kernels as K
 from frspec.models.quant import Int4Linear, Int8Linear, quantize_int4, quantize_int8, quantize_linear
-from frspec.models.quant import quantize_drafter_head, quantize_model
+from frspec.models.quant import quantize_model
 from tests.decode.eagle_tiny import mostly_bigram
 from tests.decode.spec_tiny import noisy_copy, sharpen, tiny_lm
 from tests.decode.test_engine_sampling import chi_square_pvalue, exact_marginals, map_without_top_tokens
@@ -168,6 +168,6 @@ def test_speculative_output_equals_the_quantized_targets_own_on_cuda(quant):
     for prompt in ([3, 9, 27], [100, 5, 6, 7, 200, 1, 2]):
         ref = build_generator(target).generate(input_ids=prompt, max_new_tokens=16, eos_token_ids=[]).token_ids
         for tm in (None, token_map):
-            spec = build_generator(target, draft, tm, num_spec_tokens=3)
-            assert quantize_drafter_head(spec.drafter, quant)
+            spec = build_generator(target, draft, tm, num_spec_tokens=3, draft_head_quant=quant)
+            assert not isinstance(spec.drafter.vocab.head, torch.nn.Linear)  # the head was packed at construction
             assert spec.generate(input_ids=prompt, max_new_tokens=16, eos_token_ids=[]).token_ids == ref

@@ -6,7 +6,7 @@ them out (per-expert MoE tensors, the MTP layer's own names), so models/mtp.py's
     deepseek_v3, glm4_moe   model.layers.{N}.{enorm,hnorm,eh_proj,shared_head.{norm,head},embed_tokens,<layer>}
     qwen3_next, qwen3_5     mtp.{fc,pre_fc_norm_embedding,pre_fc_norm_hidden,norm,layers.0.<layer>}
     mimo                    model.mtp_layers.0.{token_layernorm,hidden_layernorm,input_proj,final_layernorm,<layer>}
-                            (MiMo's target is a Qwen2 model; transformers has no "mimo" class, so the config is Qwen2's)
+                            (config.json says model_type "mimo" as MiMo's does; frspec loads it as Qwen2, which it is)
 
 The target is made "mostly bigram" (its layers' output projections are scaled down) and the MTP layer nearly copies
 the next token's normed embedding into the shared head, so drafts are often but not always accepted.
@@ -118,21 +118,42 @@ def save_mtp_checkpoint(root, family: str, vocab: int = 96, layers: int = 2, see
     data = json.loads((root / "config.json").read_text())
     if family in HYBRID_FAMILIES:
         data["mtp_num_hidden_layers"] = 1  # the published Qwen3-Next / Qwen3.5 field
-    elif family == "mimo":
-        data["num_nextn_predict_layers"] = 1  # the published MiMo field
+    elif family == "mimo":  # the published MiMo config: its own (remote-code) class, Qwen2's fields
+        data.update(num_nextn_predict_layers=1, model_type="mimo", architectures=["MiMoForCausalLM"])
     (root / "config.json").write_text(json.dumps(data, indent=2))
+    return root
+
+
+def as_qwen3_5_release(text_root, root) -> Path:
+    """The Qwen3.5 checkpoint `text_root` (save_mtp_checkpoint's "qwen3_5") as Qwen3.5 is released: a multimodal
+    config (model_type "qwen3_5", text_config + vision_config) and the text weights under `model.language_model.`,
+    `mtp.*` at the top level."""
+    from transformers import Qwen3_5Config
+
+    text_root, root = Path(text_root), Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    state = load_file(str(text_root / "model.safetensors"))
+    state = {("model.language_model." + k[len("model."):]) if k.startswith("model.") else k: v for k, v in state.items()}
+    save_file(state, str(root / "model.safetensors"), metadata={"format": "pt"})
+    text = json.loads((text_root / "config.json").read_text())
+    text = {k: v for k, v in text.items() if k not in ("architectures", "transformers_version")}
+    config = Qwen3_5Config(text_config=text, vision_config=dict(depth=1, hidden_size=16, num_heads=2,
+                                                                 intermediate_size=16, out_hidden_size=32))
+    config.architectures = ["Qwen3_5ForConditionalGeneration"]
+    config.save_pretrained(root)
     return root
 
 
 def load_target(root, dtype: torch.dtype = torch.float32):
     """The target model of a checkpoint written by `save_mtp_checkpoint` (its MTP weights are not loaded)."""
-    from transformers import AutoModelForCausalLM
     from transformers.utils import logging
+
+    from frspec.models.loading import load_model
 
     verbosity = logging.get_verbosity()
     logging.set_verbosity_error()  # the MTP tensors are "unexpected" keys for the target alone
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(root), dtype=dtype).eval()
+        model = load_model(str(root), dtype=dtype)
     finally:
         logging.set_verbosity(verbosity)
     model.generation_config.eos_token_id = None

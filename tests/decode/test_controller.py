@@ -159,3 +159,16 @@ def test_bad_settings_and_cost_records_are_one_line_errors():
         StepCosts.from_dict({"target_costs": {}, "draft_base_costs": {"1": 0.1}, "head_costs": {}})
     record = FLAT.to_dict()
     assert StepCosts.from_dict(record).to_dict() == record
+
+
+def test_speculation_can_pay_only_where_some_draft_beats_a_plain_step_at_best():
+    from frspec.decode.controller import speculation_can_pay
+
+    assert speculation_can_pay(ControllerSettings(sizes=SIZES), FLAT)
+    assert not speculation_can_pay(ControllerSettings(sizes=SIZES), LINEAR)
+    assert not speculation_can_pay(ControllerSettings(sizes=SIZES, depths=(0,)), FLAT)
+    assert not speculation_can_pay(ControllerSettings(sizes=SIZES, shape=TreeShape.static(2, 2)), LINEAR)
+    # An explicit length or tree (no plain option): it drafts whatever the costs say.
+    assert speculation_can_pay(ControllerSettings(sizes=SIZES, depths=(3,)), LINEAR)
+    assert speculation_can_pay(ControllerSettings(sizes=SIZES, shape=TreeShape.static(2, 2), allow_plain=False),
+                               LINEAR)

@@ -68,7 +68,7 @@ def test_greedy_identity_with_trees(target, kind, shape):
     out = generator.generate(input_ids=PROMPT, max_new_tokens=24, eos_token_ids=[])
     assert out.token_ids == hf_greedy(target, PROMPT, 24)
     s = out.stats
-    assert s.tree == SHAPES[shape].describe() and s.num_spec_tokens == SHAPES[shape].depth
+    assert s.tree == str(SHAPES[shape]) and s.num_spec_tokens == SHAPES[shape].depth
     # Every step emits its accepted drafts plus one token.
     assert sum(m * c for m, c in enumerate(s.accepted_depth_histogram)) + s.target_forwards == s.decode_tokens
     assert s.draft_tokens >= sum(s.proposed_per_position) and s.draft_steps > 0

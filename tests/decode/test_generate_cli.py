@@ -71,7 +71,7 @@ def test_generate_with_context_rows_is_lossless(model_dirs, capsys, budget):
     code, out, err = _run(base, capsys)
     vanilla = json.loads(out)
     code, out, err = _run(base + ["--draft", str(model_dirs / "draft"), "--token-map", str(model_dirs / "map.frspec"),
-                                  "--context-rows", "16", "--context-budget", budget], capsys)
+                                  "--context-rows", "16", "--context-budget", budget, "--num-spec-tokens", "3"], capsys)
     assert code == 0, err
     record = json.loads(out)
     assert record["token_ids"] == vanilla["token_ids"] and record["method"] == "fr-spec"
@@ -86,3 +86,61 @@ def test_generate_refuses_bad_context_options(model_dirs, capsys, extra, message
     code, _, err = _run(["generate", "--target", str(model_dirs / "target"), "--prompt", "hi",
                          "--draft", str(model_dirs / "draft"), *extra], capsys)
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_generate_token_map_size_auto_and_fixed(model_dirs, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path / "cache"))
+    base = ["generate", "--target", str(model_dirs / "target"), "--prompt", "hello there", "--max-new-tokens", "10",
+            "--dtype", "fp32", "--json", "--threads", "1"]
+    code, out, err = _run(base, capsys)
+    vanilla = json.loads(out)
+    drafted = base + ["--draft", str(model_dirs / "draft"), "--token-map", str(model_dirs / "map.frspec")]
+    # The default: the controller chooses length and map size (a ranked head over the map's 40 ids and the rest).
+    code, out, err = _run(drafted, capsys)
+    assert code == 0, err
+    auto = json.loads(out)
+    assert auto["token_ids"] == vanilla["token_ids"]
+    assert 40 in auto["auto"]["map_sizes"] and auto["auto"]["draft_lengths"][0] == 0
+    assert sum(auto["stats"]["chosen_depth_histogram"]) == auto["stats"]["target_forwards"]
+    # A fixed length with an automatic size, and a fixed size (static: no controller at a fixed length).
+    code, out, err = _run(drafted + ["--num-spec-tokens", "2", "--token-map-size", "auto"], capsys)
+    record = json.loads(out)
+    assert code == 0 and record["token_ids"] == vanilla["token_ids"] and record["auto"]["draft_lengths"] == [2]
+    plain, *drafted_steps = record["stats"]["chosen_depth_histogram"]  # plain steps: only at the token budget's end
+    assert sum(record["stats"]["chosen_map_sizes"].values()) == sum(drafted_steps) > 0 and plain <= 1
+    code, out, err = _run(drafted + ["--num-spec-tokens", "2", "--token-map-size", "16"], capsys)
+    record = json.loads(out)
+    assert code == 0 and record["token_ids"] == vanilla["token_ids"] and "auto" not in record
+    assert record["method"] == "fr-spec"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--token-map-size", "x"], "--token-map-size must be a number or auto"),
+    (["--token-map-size", "0"], "--token-map-size must be >= 1"),
+    (["--draft", "D", "--token-map-size", "auto"], "give --token-map too"),
+    (["--draft", "D", "--token-map", "M", "--token-map-size", "41", "--num-spec-tokens", "2"],
+     "exceeds the token map's 40 ids"),
+])
+def test_generate_bad_map_size_is_one_line(model_dirs, capsys, extra, message):
+    extra = [str(model_dirs / "draft") if a == "D" else str(model_dirs / "map.frspec") if a == "M" else a
+             for a in extra]
+    code, out, err = _run(["generate", "--target", str(model_dirs / "target"), "--prompt", "x", "--dtype", "fp32"]
+                          + extra, capsys)
+    last = err.strip().splitlines()[-1]  # (a size checked against the loaded map follows the loading's progress)
+    assert code == 2 and last.startswith("frspec: error:") and message in last, err
+
+
+def test_generate_auto_size_with_context_rows(model_dirs, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path / "cache"))
+    base = ["generate", "--target", str(model_dirs / "target"), "--prompt", "hello there", "--max-new-tokens", "8",
+            "--dtype", "fp32", "--json", "--threads", "1"]
+    code, out, err = _run(base, capsys)
+    vanilla = json.loads(out)
+    drafted = base + ["--draft", str(model_dirs / "draft"), "--token-map", str(model_dirs / "map.frspec"),
+                      "--token-map-size", "auto", "--num-spec-tokens", "2", "--context-rows", "8"]
+    code, out, err = _run(drafted + ["--context-budget", "additive"], capsys)
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["token_ids"] == vanilla["token_ids"] and 0 < record["context"]["request_rows"] <= 8
+    code, out, err = _run(drafted, capsys)  # the default fixed budget needs a fixed size
+    assert code == 2 and "--context-budget additive" in err.strip().splitlines()[-1]

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mtp_tiny import FAMILIES, HYBRID_FAMILIES, load_target, save_mtp_checkpoint
-from spec_tiny import hf_greedy
+from tests.decode.mtp_tiny import FAMILIES, HYBRID_FAMILIES, as_qwen3_5_release, load_target, save_mtp_checkpoint
+from tests.decode.spec_tiny import hf_greedy
 
 from frspec.decode.drafter import Drafter
 from frspec.decode.factory import build_generator
@@ -80,6 +80,18 @@ def test_recursive_mtp_drafts_deeper_than_its_layers(loaded, family):
     assert out.stats.accepted_per_position[1] > 0
 
 
+@pytest.mark.parametrize("shape", ["chain", "static"])
+def test_qwen3_5_released_multimodal_layout(checkpoints, loaded, tmp_path, shape):
+    """Qwen3.5 ships as a multimodal checkpoint (text weights under model.language_model., mtp.* beside them):
+    loaded as its causal LM, drafted by its MTP layer, still the target's own output."""
+    _, _, reference = loaded["qwen3_5"]
+    path = as_qwen3_5_release(checkpoints["qwen3_5"], tmp_path / "release")
+    target = load_target(path)
+    out = build_generator(target, eagle=load_mtp_head(target, path), tree=SHAPES[shape],
+                          num_spec_tokens=4).generate(input_ids=PROMPT, max_new_tokens=NEW, eos_token_ids=[])
+    assert out.token_ids == reference and out.stats.accepted_per_position[0] > 0
+
+
 def test_layout_detection_and_shared_head(checkpoints, loaded):
     expected = {"deepseek_v3": "deepseek", "glm4_moe": "deepseek", "qwen3_next": "qwen", "qwen3_5": "qwen",
                 "mimo": "mimo"}
@@ -96,7 +108,7 @@ def test_layout_detection_and_shared_head(checkpoints, loaded):
 
 
 def test_checkpoint_without_mtp_is_refused(tmp_path):
-    from spec_tiny import tiny_lm
+    from tests.decode.spec_tiny import tiny_lm
 
     model = tiny_lm("qwen2", VOCAB, dtype=torch.float32)
     model.save_pretrained(tmp_path)
@@ -161,3 +173,9 @@ def test_hybrid_target_restores_state_at_every_depth(strong_hybrids, family, tre
     assert out.token_ids == reference
     proposed, accepted = out.stats.proposed_per_position, out.stats.accepted_per_position
     assert all(p > a > 0 for p, a in zip(proposed, accepted)), (proposed, accepted)  # rejections at each depth
+
+
+def test_hybrid_draft_model_is_refused_in_one_line(strong_hybrids):
+    target = strong_hybrids["qwen3_5"]
+    with pytest.raises(FrspecError, match="linear-attention layers"):
+        build_generator(target, strong_hybrids["qwen3_next"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from mtp_tiny import FAMILIES, save_mtp_checkpoint
-from spec_tiny import tiny_tokenizer
+from tests.decode.mtp_tiny import FAMILIES, save_mtp_checkpoint
+from tests.decode.spec_tiny import tiny_tokenizer
 
 from frspec import cli
 from frspec.vocab.token_map import TokenMap
@@ -39,6 +39,7 @@ def test_generate_with_mtp_is_the_targets_output(checkpoints, family, capsys):
     code, out, err = _run(base, capsys)
     assert code == 0, err
     vanilla = json.loads(out)
+    assert vanilla["method"] == "vanilla" and "carries 1 MTP layer(s)" in err and "--mtp drafts with them" in err
     code, out, err = _run(base + ["--mtp"], capsys)
     assert code == 0, err
     mtp = json.loads(out)
@@ -55,7 +56,7 @@ def test_mtp_errors_are_one_line(tmp_path, checkpoints, capsys):
     code, _, err = _run(["generate", "--target", str(dirs["mimo"]), "--mtp", "--draft", str(dirs["mimo"]),
                          "--prompt", "x"], capsys)
     assert code != 0 and "one of --draft, --eagle and --mtp" in err
-    from spec_tiny import tiny_lm
+    from tests.decode.spec_tiny import tiny_lm
 
     import torch
 

@@ -80,7 +80,7 @@ def test_tree_shape_kinds_and_limits():
     assert TreeShape.chain(4).kind == "chain" and TreeShape.chain(4).max_drafts == 4
     assert TreeShape.static(3, 2).kind == "static" and TreeShape.static(3, 2).max_drafts == 2 + 4 + 8
     dyn = TreeShape.dynamic(depth=5, topk=4, budget=20)
-    assert dyn.kind == "dynamic" and dyn.max_drafts == 20 and "x20" in dyn.describe()
+    assert dyn.kind == "dynamic" and dyn.max_drafts == 20 and "x20" in str(dyn)
     for bad in [dict(depth=0), dict(depth=2, branching=0), dict(depth=2, branching=2, budget=0)]:
         with pytest.raises(FrspecError):
             TreeShape(**bad)

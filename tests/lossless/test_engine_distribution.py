@@ -78,3 +78,47 @@ def test_engine_samples_follow_the_target(target, reference, name):
     tv = check_distribution(counts, reference, f"engine {name}")
     if SCALE >= 1:
         assert tv <= DETECTED_TV_E2E, tv
+
+
+@pytest.mark.lossless_heavy
+@pytest.mark.parametrize("drafter", ["draft", "eagle3-d2t", "draft+context"])
+def test_engine_samples_follow_the_target_with_k_changing_every_step(target, reference, monkeypatch, drafter):
+    """A ranked head (vocab/ranked_vocab.py) whose map size changes at every step, from a 2-row map to the whole
+    head, and whose draft length cycles 2, 1, 0 (a plain step): inside one request (x2, x3) are then drafted at
+    different sizes and lengths ("draft+context": with 6 context rows for the request's tokens on top). Same power
+    as above: N_E2E samples detect a TV of DETECTED_TV_E2E (power 0.9, alpha 1e-3; asserted)."""
+    from frspec.decode import engine
+    from frspec.decode.controller import Plan, _record
+    from frspec.decode.step_costs import StepCosts
+
+    ranking = TokenMap([0, 2, 3, 5, 6, 8, 9, 11, 12, 15], V)
+    costs = StepCosts({n: 1.0 for n in range(1, 4)}, {1: 0.01}, {V: {1: 0.001}}, full_size=V)
+    kwargs = (dict(eagle=oracle_eagle3_head(target, draft_ids=torch.arange(0, V, 2)[:7], noise=0.3))
+              if drafter == "eagle3-d2t" else dict(draft=noisy_copy(target, 0.3, seed=1)))
+    if drafter == "draft+context":
+        kwargs.update(context_rows=6, context_budget="additive")  # room for generated tokens too
+    generator = build_generator(target, token_map=ranking, token_map_size="auto", costs=costs, **kwargs)
+    sizes = generator.controller.sizes
+    assert sizes[0] <= 2 and sizes[-1] == generator.drafter.vocab.full_size and len(sizes) >= 4
+    step = iter(range(10**9))
+    used = []
+
+    def schedule(state, step_costs, remaining=None):
+        i = next(step)
+        depth = min((2, 1, 0)[i % 3], max((remaining or 1) - 1, 0))
+        used.append(sizes[i % len(sizes)])
+        return _record(state, Plan(depth, sizes[i % len(sizes)]))
+
+    monkeypatch.setattr(engine, "choose", schedule)
+    counts = np.zeros((V, V), dtype=np.int64)
+    accepted = 0
+    for seed in range(N_E2E):
+        out = generator.generate(input_ids=PROMPT, max_new_tokens=4, eos_token_ids=[],
+                                 sampling=SamplingParams(temperature=T, top_k=K, top_p=P, seed=seed))
+        counts[out.token_ids[1], out.token_ids[2]] += 1
+        accepted += sum(out.stats.accepted_per_position)
+    assert accepted > N_E2E // 8, "drafts must be accepted often enough for the check to test speculation"
+    assert all(a != b for a, b in zip(used, used[1:]))
+    tv = check_distribution(counts, reference, f"engine {drafter} with k changing every step")
+    if SCALE >= 1:
+        assert tv <= DETECTED_TV_E2E, tv

@@ -12,7 +12,7 @@ from torch import nn
 from frspec.errors import FrspecError
 from frspec.models import quant_kernels as K
 from frspec.models.quant import (
-    Int4Linear, Int8Linear, parse_quant, quantize_drafter_head, quantize_head, quantize_int4, quantize_int8,
+    Int4Linear, Int8Linear, parse_quant, quantize_head, quantize_int4, quantize_int8,
     quantize_linear, quantize_model,
 )
 
@@ -172,8 +172,7 @@ def test_speculative_output_equals_the_quantized_targets_own(quant, tie):
     accepted = 0
     for token_map in (None, TokenMap(keep, 256)):
         for k in (1, 3, 5):
-            spec = build_generator(target, draft, token_map, num_spec_tokens=k)
-            assert quantize_drafter_head(spec.drafter, quant)
+            spec = build_generator(target, draft, token_map, num_spec_tokens=k, draft_head_quant=quant)
             assert isinstance(spec.drafter.vocab.head, Int4Linear if quant == "int4" else Int8Linear)
             for prompt, ref in zip(prompts, refs):
                 assert vanilla.generate(input_ids=prompt, max_new_tokens=16, eos_token_ids=[]).token_ids == ref

@@ -1,6 +1,6 @@
 """FR-Spec with vLLM's default compilation (enforce_eager=False: vLLM torch.compiles the target's and the drafter's
 forwards; on the V1 runner the drafter's logits run eagerly between them), fp32 tiny models, batch 4: greedy outputs
-equal the target's own for a draft model and an EAGLE-1/2 head, and drafts stay inside the map."""
+equal the target's own for a draft model, an EAGLE-1/2 head and a MiMo MTP layer, and drafts stay inside the map."""
 
 import pytest
 import torch
@@ -22,12 +22,14 @@ def _run(tiny, target, spec):
         stop_llm(llm)
 
 
-@pytest.mark.parametrize("method", ["draft_model", "eagle"])
+@pytest.mark.parametrize("method", ["draft_model", "eagle", "mtp"])
 def test_compiled_greedy_outputs_equal_the_target_alone(tiny, method):
     if method == "draft_model":
         target, spec = tiny.target, {"method": "draft_model", "model": tiny.draft, "num_speculative_tokens": 3}
-    else:
+    elif method == "eagle":
         target, spec = tiny.eagle_target, {"method": "eagle", "model": tiny.eagle_head, "num_speculative_tokens": 3}
+    else:  # MiMo's MTP layer: the full-row path (no V1 compact path), compiled
+        target, spec = tiny.mimo_target, {"method": "mtp", "num_speculative_tokens": 3}
     outputs, drafts = _run(tiny, target, spec)
     assert outputs == hf_greedy(target, PROMPTS, NEW_TOKENS)
     assert drafts.numel() and set(drafts.tolist()) <= set(MAP_IDS)

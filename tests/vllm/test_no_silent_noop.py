@@ -33,3 +33,23 @@ def test_a_drafter_loaded_around_the_install_stops_the_engine_in_one_line(tiny, 
     assert "\n" not in message
     for words in (f"vLLM {vllm_version()}", "runner V1", "drafter DraftModelProposer", "not active"):
         assert words in message, (words, message)
+
+
+def test_this_vllm_has_every_symbol_the_plugin_uses():
+    from frspec.vllm_plugin.internals import missing_symbol
+
+    assert missing_symbol() is None
+
+
+def test_register_refuses_a_vllm_without_a_symbol_it_uses(tiny, monkeypatch):
+    """As vLLM calls it in every process (load_general_plugins does not catch what register() raises)."""
+    import frspec.vllm_plugin
+    from frspec.vllm_plugin import internals
+
+    monkeypatch.setenv("FRSPEC_TOKEN_MAP", tiny.token_map)
+    moved = internals.Symbol("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.load_model_moved", "hook", "V2")
+    monkeypatch.setattr(internals, "SYMBOLS", internals.SYMBOLS + (moved,))
+    with pytest.raises(FrspecError) as err:
+        frspec.vllm_plugin.register()
+    message = str(err.value)
+    assert f"vLLM {vllm_version()}" in message and moved.name in message and "\n" not in message

@@ -45,6 +45,7 @@ class Tiny:
     eagle3_head: str  # EAGLE-3 layout with a reduced draft vocabulary (d2t)
     eagle3_target_ids: list[int]  # the EAGLE-3 head's draft vocabulary, as target ids
     mimo_target: str  # a MiMo checkpoint: a Qwen2-style target with one MTP layer (model.mtp_layers.0.*)
+    glm_target: str  # a GLM-4.5 (Glm4Moe) checkpoint: MoE target, one MTP layer (model.layers.2.*, shared_head)
 
 
 def save(model: torch.nn.Module, path: Path) -> str:
@@ -66,7 +67,7 @@ def build_models(root: Path) -> Tiny:
                 str(root / "map-wrong-vocab.safetensors"), str(root / "map-wrong-tokenizer.safetensors"),
                 save(eagle_target, root / "eagle-target"), write_eagle_head(root / "eagle", eagle3_ids=None),
                 write_eagle_head(root / "eagle3", eagle3_ids=eagle3_ids), eagle3_ids,
-                write_mimo_mtp(root / "mimo", seed=4))
+                write_mimo_mtp(root / "mimo", seed=4), write_glm4_moe_mtp(root / "glm4-moe", seed=5))
 
 
 HIDDEN, HEADS, KV_HEADS, FFN = 64, 2, 1, 128  # vLLM's CPU attention needs a head size of at least 32
@@ -143,6 +144,41 @@ def write_mimo_mtp(path: Path, seed: int) -> str:
     config = json.loads((path / "config.json").read_text())
     config.update(architectures=["MiMoForCausalLM"], num_nextn_predict_layers=1)
     (path / "config.json").write_text(json.dumps(config))
+    return str(path)
+
+
+def write_glm4_moe_mtp(path: Path, seed: int) -> str:
+    """A random GLM-4.5 checkpoint in the published layout (zai-org/GLM-4.5*): a Glm4Moe target (layer 0 dense,
+    layer 1 MoE with 4 routed experts and a shared one) and its MTP layer stored as the next layer,
+    `model.layers.2.*`: enorm, hnorm, eh_proj over [embedding, hidden], an MoE decoder layer, and `shared_head.norm`
+    (vLLM shares the target's head as `shared_head.head`, and the layer normalises before it: the DeepSeek-V3 MTP
+    layout). transformers loads the target alone (the MTP layer's weights are unexpected to it): the reference."""
+    from safetensors.torch import load_file, save_file
+    from transformers import Glm4MoeConfig, Glm4MoeForCausalLM
+
+    torch.manual_seed(seed)
+    config = Glm4MoeConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, moe_intermediate_size=32,
+                           num_hidden_layers=2, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+                           head_dim=HIDDEN // HEADS, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                           first_k_dense_replace=1, num_nextn_predict_layers=1, max_position_embeddings=512,
+                           tie_word_embeddings=False, bos_token_id=None, eos_token_id=1, pad_token_id=0,
+                           initializer_range=0.2)
+    model = Glm4MoeForCausalLM(config).float().eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(3.0)
+    save(model, path)
+    tensors = load_file(str(path / "model.safetensors"))
+    gen = torch.Generator().manual_seed(seed + 100)
+    for name, value in list(tensors.items()):  # the MTP layer: an MoE layer of layer 1's shapes, its own weights
+        if name.startswith("model.layers.1."):
+            mtp_name = "model.layers.2." + name[len("model.layers.1."):]
+            noise = torch.randn(value.shape, generator=gen)
+            tensors[mtp_name] = (1.0 + 0.05 * noise if "norm" in name else torch.zeros_like(value)
+                                 if "bias" in name else 0.2 * noise)
+    for name in ("enorm", "hnorm", "shared_head.norm"):
+        tensors[f"model.layers.2.{name}.weight"] = 1.0 + 0.05 * torch.randn(HIDDEN, generator=gen)
+    tensors["model.layers.2.eh_proj.weight"] = 0.2 * torch.randn(HIDDEN, 2 * HIDDEN, generator=gen)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path / "model.safetensors"))
     return str(path)
 
 

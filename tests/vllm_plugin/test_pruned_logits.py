@@ -122,3 +122,21 @@ def test_the_workers_probe_covers_every_draft_step_when_logits_depend_on_it():
             return hidden_states
 
     assert probe_steps(Plain(), 3) == [{}]
+
+
+def test_the_pruned_logits_trace_as_one_graph():
+    """Graph-safe: torch.compile(fullgraph=True) refuses any graph break (a host sync such as .item(), a branch on
+    tensor values); the traced function gives the eager result and keeps writing into the one buffer per shape."""
+    from frspec.vllm_plugin.drafter_head import build_drafter_head
+
+    weight = torch.randn(V, H)
+    head = build_drafter_head(weight, TokenMap(MAP, V), V, V)
+    compiled = torch.compile(head.row_logits, fullgraph=True, backend="eager")
+    hidden = torch.randn(4, H)
+    first = compiled(hidden)
+    torch.testing.assert_close(first, _expected(hidden, weight))
+    ptr = first.data_ptr()
+    hidden = torch.randn(4, H)
+    second = compiled(hidden)
+    torch.testing.assert_close(second, _expected(hidden, weight))
+    assert second.data_ptr() == ptr

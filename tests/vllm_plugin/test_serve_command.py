@@ -34,3 +34,14 @@ def test_serve_passes_the_context_rows_to_the_plugin(tmp_path):
                                       "--context-budget", "additive", "--", "--model", "m"])
     _, env = server_command(args)
     assert env["FRSPEC_CONTEXT_ROWS"] == "1024" and env["FRSPEC_CONTEXT_BUDGET"] == "additive"
+
+
+@pytest.mark.parametrize("auto", [dict(tree="auto"), dict(tree="chain-3", token_map_size="auto")])
+def test_serve_refuses_an_auto_config_in_one_line(tmp_path, capsys, auto):
+    from frspec.decode.decode_config import DecodeConfig
+
+    map_args = dict(token_map_size=auto.pop("token_map_size", 8), token_map_path="map.frspec")
+    DecodeConfig(target="t", draft="d", **map_args, **auto).save(tmp_path / "auto.json")
+    assert main(["serve", "--config", str(tmp_path / "auto.json"), "--", "--port", "8001"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "vLLM serves a fixed draft length and one map size" in err and "\n" not in err

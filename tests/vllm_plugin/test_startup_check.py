@@ -17,11 +17,11 @@ def _config(method, **spec):
 
 def test_without_a_map_nothing_is_checked(monkeypatch):
     monkeypatch.delenv("FRSPEC_TOKEN_MAP", raising=False)
-    assert check_engine_config(_config("mtp")) is None  # no map: the plugin does nothing at all
+    assert check_engine_config(_config("medusa")) is None  # no map: the plugin does nothing at all
     # The same configuration is refused once a map is set, so it passed above only because no map was set.
     monkeypatch.setenv("FRSPEC_TOKEN_MAP", "/nonexistent/map.pt")
-    with pytest.raises(FrspecError, match="not MTP"):
-        check_engine_config(_config("mtp"))
+    with pytest.raises(FrspecError, match="not 'medusa'"):
+        check_engine_config(_config("medusa"))
 
 
 @pytest.mark.parametrize("method, words", [("medusa", "not 'medusa'"), ("suffix", "not 'suffix'"),

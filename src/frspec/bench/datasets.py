@@ -8,6 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dataclasses import replace
+from itertools import zip_longest
+
 from frspec.bench.prompt import Prompt, even_spread  # re-exported: the bench's prompt type lives there
 from frspec.errors import FrspecError
 from frspec.io import read_text
@@ -118,12 +121,23 @@ def load_jsonl(path: str | os.PathLike, field: str = "prompt", num_prompts: int 
     return even_spread(prompts, num_prompts)
 
 
+MIX_PREFIX = "mix:"
+
+
 def load_prompts(dataset: str | os.PathLike | None = None, field: str = "prompt", num_prompts: int | None = None) -> list[Prompt]:
     """The benchmark's prompts: MT-Bench when dataset is None or "mtbench"; a long-input set by name (see
     bench/long_context.py: "long-qa", "long-qa-squad", "long-qa-hotpotqa", "sharegpt-multiturn"); "code"
-    (held-out stdlib files to continue, bench/code_prompts.py); otherwise the JSONL file `dataset`."""
+    (held-out stdlib files to continue, bench/code_prompts.py); "multilingual" (non-English text to continue,
+    bench/multilingual_prompts.py); "mix:A,B,..." (those datasets' prompts interleaved, `load_mix`); otherwise
+    the JSONL file `dataset`."""
     if dataset is None or str(dataset) == "mtbench":
         return load_mtbench(num_prompts)
+    if str(dataset).startswith(MIX_PREFIX):
+        return load_mix(str(dataset)[len(MIX_PREFIX):].split(","), field, num_prompts)
+    if str(dataset) == "multilingual":
+        from frspec.bench.multilingual_prompts import load_multilingual
+
+        return load_multilingual(num_prompts)
     if str(dataset) == "code":
         from frspec.bench.code_prompts import DEFAULT_CODE_PROMPTS, load_code_completion
 
@@ -133,6 +147,25 @@ def load_prompts(dataset: str | os.PathLike | None = None, field: str = "prompt"
     if str(dataset) in LONG_INPUT_DATASETS:
         return load_long_input(str(dataset), num_prompts)
     return load_jsonl(dataset, field, num_prompts)
+
+
+def load_mix(datasets, field: str = "prompt", num_prompts: int | None = None) -> list[Prompt]:
+    """Prompts of several datasets in one run, interleaved (one of each in turn), each dataset's own spread: the
+    workload a static map must serve all of, one request after another. Each prompt's category becomes its
+    dataset's name (so --num-prompts spreads over datasets) and its id is prefixed by it where needed."""
+    names = [d.strip() for d in datasets if d.strip()]
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise FrspecError(f"a mix names two or more different datasets, e.g. mix:mtbench,code; got {names}")
+    if any(n.startswith(MIX_PREFIX) for n in names):
+        raise FrspecError("a mix cannot contain another mix")
+    per = [load_prompts(name, field) for name in names]
+    tagged = []
+    for name, prompts in zip(names, per):
+        spread = even_spread(prompts, len(prompts))  # round-robin over the dataset's own categories
+        tagged.append([replace(p, category=name, id=p.id if p.id.startswith(name) else f"{name}-{p.id}")
+                       for p in spread])
+    mixed = [p for row in zip_longest(*tagged) for p in row if p is not None]
+    return even_spread(mixed, num_prompts)
 
 
 def select_prompts(dataset: str | os.PathLike | None, field: str, num_prompts: int, exact: bool) -> list[Prompt]:

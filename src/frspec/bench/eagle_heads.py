@@ -17,12 +17,18 @@ from frspec.errors import FrspecError
 from frspec.train.default_head import DEFAULT_EAGLE_TARGET, DEFAULT_HEAD_NAME, default_head_dir, is_head_ready
 
 DEFAULT_HEAD = "default"
-__all__ = ["DEFAULT_HEAD", "DEFAULT_EAGLE_TARGET", "DEFAULT_HEAD_NAME", "default_head_dir", "resolve_eagle_head"]
+# `--eagle mtp`: the EAGLE rows draft with the EAGLE target's own MTP layers (models/mtp.py), read from its directory.
+MTP_HEAD = "mtp"
+__all__ = ["DEFAULT_HEAD", "MTP_HEAD", "DEFAULT_EAGLE_TARGET", "DEFAULT_HEAD_NAME", "default_head_dir", "resolve_eagle_head"]
 
 
-def resolve_eagle_head(spec: str, cache_dir: str | os.PathLike | None = None) -> Path:
-    """The head directory for `--eagle spec` ("default", a directory, or a hub id), checked before any model loads."""
+def resolve_eagle_head(spec: str, cache_dir: str | os.PathLike | None = None) -> Path | None:
+    """The head directory for `--eagle spec` ("default", a directory, or a hub id), checked before any model loads;
+    None for "mtp" (the target's own directory holds its MTP layers)."""
     from frspec.models.eagle_loading import resolve_head_dir
+
+    if spec == MTP_HEAD:
+        return None
 
     if spec == DEFAULT_HEAD:
         directory = default_head_dir(cache_dir)

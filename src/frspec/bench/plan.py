@@ -95,6 +95,9 @@ class BenchPlan:
     eagle_token_map_sizes: tuple[int, ...] = ()
     context_rows: tuple[int, ...] = ()
     context_budgets: tuple[str, ...] = ("fixed",)
+    # With maps: an `auto` row per drafter (the per-request controller chooses map size and, for a draft model's
+    # chain, the draft length; frspec's engine only).
+    auto: bool = True
     config: DecodeConfig | None = None  # adds its configuration as a row (and the same drafter without its map)
     config_path: str | None = None
     # Token maps: saved files (their sizes replace the planned sizes), a counts file, or the default maps' source.
@@ -115,6 +118,7 @@ class BenchPlan:
     engine: str = "frspec"
     batch_sizes: tuple[int, ...] = (1,)  # vLLM only
     repeats: int = 2  # vLLM only
+    vllm_compiled: bool = False  # vLLM only: its default compilation instead of enforce_eager
     progress: bool = True
     out: str = "bench-out"
     preset: str = "default"
@@ -123,7 +127,10 @@ class BenchPlan:
     @property
     def eagle_target(self) -> str | None:
         """The model the EAGLE head drafts for (None without EAGLE rows)."""
-        return (self.eagle_target_given or DEFAULT_EAGLE_TARGET) if self.eagle else None
+        if not self.eagle:
+            return None
+        # `--eagle mtp` drafts with a checkpoint's own MTP layers: by default the main target's.
+        return self.eagle_target_given or (self.target if self.eagle == "mtp" else DEFAULT_EAGLE_TARGET)
 
     @property
     def quant_draft_heads(self) -> dict[str, str | None]:
@@ -142,7 +149,7 @@ class BenchPlan:
         """The grid's methods as planned (before maps are known and config rows are added)."""
         return add_context_methods(
             plan_methods(self.num_spec_tokens, self.token_map_sizes, True, self.draft_tree_shapes,
-                         self.eagle_tree_shapes, self.eagle_token_map_sizes),
+                         self.eagle_tree_shapes, self.eagle_token_map_sizes, auto=self.auto),
             self.context_rows, self.context_budgets)
 
 
@@ -192,6 +199,7 @@ def plan_bench(
     eagle_token_map_sizes: Sequence[int] | None = None,
     context_rows: Sequence[int] | None = None,
     context_budgets: str = "fixed",
+    auto: bool = True,
     config: DecodeConfig | None = None,
     config_path: str | None = None,
     token_map: Sequence[str] | None = None,
@@ -208,6 +216,7 @@ def plan_bench(
     engine: str = "frspec",
     batch_sizes: Sequence[int] = (1,),
     repeats: int = 2,
+    vllm_compiled: bool = False,
     progress: bool = True,
     out: str = "bench-out",
     command: str = "",
@@ -274,6 +283,7 @@ def plan_bench(
         draft_tree_shapes=tuple(draft_shapes), eagle_tree_shapes=tuple(eagle_shapes),
         eagle_token_map_sizes=eagle_sizes, context_rows=tuple(context_rows or ()),
         context_budgets=tuple(b for b in context_budgets.replace(" ", "").split(",") if b),
+        auto=auto and engine == "frspec",
         config=config, config_path=config_path,
         token_map_files=tuple(token_map or ()), counts=counts, token_map_source=token_map_source,
         quant_rows=rows,
@@ -285,7 +295,7 @@ def plan_bench(
         llamacpp=(preset.llamacpp or (on_cpu and bool(rows))) and not no_llamacpp,
         row_costs=n_row_costs, row_cost_quants=preset.row_cost_quants,
         sampling=sampling, warmup_tokens=warmup_tokens, engine=engine, batch_sizes=tuple(batch_sizes),
-        repeats=repeats, progress=progress, out=str(out), preset="quick" if quick else "default", command=command,
+        repeats=repeats, vllm_compiled=vllm_compiled, progress=progress, out=str(out), preset="quick" if quick else "default", command=command,
     )
     _check(plan)
     return plan

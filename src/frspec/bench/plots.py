@@ -61,7 +61,7 @@ def plot_vs_map_size(
     with_target = len({r.get("target") for r in rows}) > 1
     series: dict[str, list[tuple[int, float]]] = {}
     for r in rows:
-        if r["method"] not in TARGET_ONLY and r.get(metric) is not None:
+        if r["method"] not in TARGET_ONLY and r.get(metric) is not None and not r.get("auto"):  # auto: no one size
             x = r["token_map_size"] if r.get("token_map_size") is not None else full_x
             series.setdefault(_series_name(r, with_target), []).append((x, r[metric]))
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)

@@ -35,10 +35,15 @@ COLUMNS = [
     ("context", "Context Rows"),
     ("speedup_vs_static_map", "Speedup vs Same Map Static"),
     ("input_tokens", "Input Tokens"),
+    # Issue 21: the auto rows (the per-request controller) against the best row a user could have picked.
+    ("auto_vs_best_static", "Auto vs Best Static"),
+    ("chosen_map_sizes", "Auto: Steps per Map Size"),
+    ("chosen_depth_histogram", "Auto: Steps per Draft Length 0/1/.."),
 ]
 
 LEFT_ALIGNED = ("label", "tree")  # words; numbers align right
-OPTIONAL = ("speedup_vs_llamacpp",)  # shown only when some row has a value
+# Shown only when some row has a value.
+OPTIONAL = ("speedup_vs_llamacpp", "auto_vs_best_static", "chosen_map_sizes", "chosen_depth_histogram")
 
 PLOTS = [
     ("decode_tokens_per_s", "Decoding throughput (tokens/s)", "throughput_vs_map_size.png"),
@@ -71,6 +76,14 @@ METHODOLOGY = """\
   prompt, then its accepted tokens), "+ctx=N additive" with the map's rows plus up to N such rows
   (frspec/vocab/context_vocab.py); "Speedup vs Same Map Static" compares it with the same map's static row.
 - Input Tokens: mean prompt length in tokens (chat template included) of the prompts decoded.
+- Auto rows ("fr-spec auto", Token Map Size = the ranking's size): one frequency-ranked copy of the drafter's head
+  (frspec/vocab/ranked_vocab.py) serves every map size, and the per-request controller
+  (frspec/decode/controller.py) chooses before every step the map size (4k..64k, the ranking's, or no map) and,
+  for a draft model's chain, the draft length (0 = plain decoding) from this request's observed coverage and
+  acceptance and this machine's measured step costs (measured once per machine and model pair, cached). The
+  static rows of the same drafter are served by the same ranked head at their size. Auto vs Best Static: its
+  throughput over the fastest row of vanilla and the same drafter's static rows (any map or none, any shape),
+  which a user could only pick in hindsight. Steps per map size / per draft length: what it chose.
 - Draft LM-Head Share: time in the drafter's LM head (the draft model's, or the EAGLE head's) / total drafting
   time.
 - Greedy Identical: whether each greedy output equals vanilla's token for token; otherwise the number of prompts
@@ -91,7 +104,12 @@ def format_value(key: str, value: Any) -> str:
     """How a row value is shown in the terminal and Markdown tables ("-" for not applicable)."""
     if value is None:
         return "-"
-    if key in ("speedup_vs_vanilla", "speedup_vs_drafter", "speedup_vs_static_map", "speedup_vs_llamacpp"):
+    if key == "chosen_map_sizes":
+        return " ".join(f"{k}:{n}" for k, n in value.items()) or "-"
+    if key == "chosen_depth_histogram":
+        return "/".join(str(n) for n in value)
+    if key in ("speedup_vs_vanilla", "speedup_vs_drafter", "speedup_vs_static_map", "speedup_vs_llamacpp",
+               "auto_vs_best_static"):
         return f"{value:.2f}x"
     if key == "lm_head_share":
         return f"{100 * value:.1f}%"
@@ -116,7 +134,8 @@ def table_cells(row: dict[str, Any], columns: Sequence[tuple[str, str]] = COLUMN
     if row.get("method") == "llama.cpp":
         cells[0] = str(row.get("label", cells[0]))
     else:
-        cells[0] = " ".join(x for x in (row.get("quant"), row.get("method", cells[0])) if x)
+        cells[0] = " ".join(x for x in (row.get("quant"), row.get("method", cells[0]),
+                                        "auto" if row.get("auto") else None) if x)
     return cells
 
 
@@ -202,6 +221,24 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
         if len(groups) > 1:
             lines += [f"### Target `{target}`", ""]
         lines += [markdown_table(rows), ""]
+    by_dataset = payload.get("per_dataset") or []
+    if by_dataset:
+        lines += ["## Per dataset (mixed run)", "",
+                  "Each dataset's prompts of the mixed run: tokens/s and acceptance per row, what the auto rows "
+                  "chose there, and their ratio to the best row for that dataset alone (picked in hindsight).", "",
+                  "| Target | Dataset | Method | Prompts | Tokens/s | Acceptance | Auto: Steps per Map Size "
+                  "| Auto: Steps per Length 0/1/.. | Auto vs Best Static (best) |",
+                  "|:---|:---|:---|---:|---:|---:|:---|:---|:---|"]
+        for r in by_dataset:
+            ratio = (f"{r['auto_vs_best_static']:.2f}x ({r['best_static']})"
+                     if r.get("auto_vs_best_static") is not None else "-")
+            lines.append(
+                f"| {r.get('target', '-')} | {r['dataset']} | {r['label']} | {r['prompts']} | "
+                f"{format_value('decode_tokens_per_s', r['decode_tokens_per_s'])} | "
+                f"{format_value('acceptance_length', r['acceptance_length'])} | "
+                f"{format_value('chosen_map_sizes', r['chosen_map_sizes'])} | "
+                f"{format_value('chosen_depth_histogram', r['chosen_depth_histogram'])} | {ratio} |")
+        lines.append("")
     divergences = payload.get("divergences") or []
     if divergences:
         lines += ["## Greedy outputs that differ from vanilla", "",

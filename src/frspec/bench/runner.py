@@ -22,9 +22,7 @@ from tqdm.auto import tqdm
 
 from frspec.bench.methods import LLAMACPP, VANILLA, Method
 from frspec.models.eagle import EagleHead
-from frspec.decode.eagle_drafter import EagleDrafter
 from frspec.decode.sampling import SamplingParams
-from frspec.models.quant import quantize_drafter_head
 from frspec.vocab.token_map import TokenMap
 
 
@@ -122,7 +120,7 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
     """One generator per method. Methods with the same drafter and map share one drafter (and so one pruned
     LM-head copy): they run one after another, and a drafter resets its state for every request. A quantized
     row's drafter head (full or pruned) is quantized like its draft, or as quant_draft_heads[quant] says."""
-    from frspec.decode.factory import build_generator
+    from frspec.decode.factory import build_drafter, build_generator
     from frspec.decode.stopping import default_eos_ids
 
     drafters = {}  # (uses EAGLE, map size, context rows, context budget, quant) -> drafter
@@ -141,22 +139,70 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
             raise ValueError(f"method {m.label} needs an EAGLE head")
         if not m.uses_eagle and m_draft is None:
             raise ValueError(f"method {m.label} needs a draft model")
+        ranked = _ranked_drafter(m, methods, token_maps, draft_head_quant)
+        if ranked is not None:
+            # Auto rows, and static rows whose map holds the first ids of the auto row's ranking: one
+            # frequency-ranked head (vocab/ranked_vocab.py) serves them all, each static row at its size (set per
+            # request), the auto row choosing per step. Its head stays float (a packed head has one size).
+            ranked_key = ("ranked", m.uses_eagle, ranked.token_map_size)
+            if ranked_key not in drafters:
+                drafters[ranked_key] = build_drafter(
+                    m_target, draft=None if m.uses_eagle else m_draft, eagle=eagle if m.uses_eagle else None,
+                    token_map=token_maps[ranked.token_map_size], tokenizer=tokenizer, token_map_size="auto")
+            drafter = drafters[ranked_key]
+            if m.auto:
+                generators[m] = build_generator(
+                    m_target, draft=drafter, token_map_size="auto", tokenizer=tokenizer, tree=m.tree,
+                    num_spec_tokens=None if m.tree is None else m.num_spec_tokens)
+            else:
+                size = m.token_map_size if m.token_map_size is not None else drafter.vocab.full_size
+                generators[m] = build_generator(m_target, draft=drafter, num_spec_tokens=m.num_spec_tokens,
+                                                tokenizer=tokenizer, tree=m.tree, token_map_size=size)
+            continue
         key = (m.uses_eagle, m.token_map_size, m.context_rows, m.context_budget, m.quant)
         if key not in drafters:
             token_map = token_maps[m.token_map_size] if m.token_map_size is not None else None
-            # build_generator runs the vocabulary and tokenizer checks before the DraftVocab copies any rows.
-            drafters[key] = build_generator(
+            # build_drafter runs the vocabulary and tokenizer checks before the DraftVocab copies any rows.
+            drafters[key] = build_drafter(
                 m_target, draft=None if m.uses_eagle else m_draft, eagle=eagle if m.uses_eagle else None,
-                token_map=token_map, num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer,
+                token_map=token_map, tokenizer=tokenizer,
                 context_rows=m.context_rows or 0, context_budget=m.context_budget or "fixed",
-            ).drafter
-            # After the FR-Spec rows were selected.
-            head_quant = quant_draft_heads.get(m.quant, m.quant) if m.quant is not None else draft_head_quant
-            quantize_drafter_head(drafters[key], head_quant)
+                head_quant=quant_draft_heads.get(m.quant, m.quant) if m.quant is not None else draft_head_quant,
+            )
         generators[m] = build_generator(
             m_target, draft=drafters[key], num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer, tree=m.tree
         )
     return generators
+
+
+def _ranked_drafter(m: Method, methods, token_maps: dict[int, TokenMap], draft_head_quant: str | None
+                    ) -> Method | None:
+    """The auto row whose ranked head serves `m` (itself if it is one), or None: an unquantized row of the same
+    drafter without context rows, whose map (if any) is a prefix of that auto row's ranking, under float heads."""
+    if m.auto:
+        return m  # a quantized draft head (--draft-quant) is left float on the auto row: packed heads have one size
+    if m.quant is not None or m.context_rows is not None or draft_head_quant is not None:
+        return None
+    auto = next((a for a in methods if a.auto and a.uses_eagle == m.uses_eagle), None)
+    if auto is None:
+        return None
+    if m.auto or m.token_map_size is None:
+        return auto
+    ranking, static = token_maps[auto.token_map_size], token_maps.get(m.token_map_size)
+    if static is None or static.k > ranking.k:
+        return None
+    ranked = _ranked_ids(ranking)[: static.k]
+    if not bool(torch.isin(static.ids, ranked).all()):  # the same ids (a map's own order does not matter)
+        return None
+    return auto
+
+
+def _ranked_ids(ranking: TokenMap) -> torch.Tensor:
+    """The ranked head's first ids for this ranking: its kept tokens first, then the rest (vocab/ranked_vocab.py)."""
+    kept = torch.as_tensor(sorted({int(i) for i in (ranking.metadata.get("kept_tokens") or {}).values()}),
+                           dtype=torch.long)
+    is_kept = torch.isin(ranking.ids, kept)
+    return torch.cat([ranking.ids[is_kept], ranking.ids[~is_kept]])
 
 
 def _generate(generator, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams, device):

@@ -53,7 +53,7 @@ def _load_sections(plan: BenchPlan, say) -> list[Section]:
     """Load each model once (the default 0.5B model is both the draft and the EAGLE target) and the EAGLE head;
     EAGLE rows join the main table when their target is the main target, else they get their own. The quantized
     copies join the main section (the llama.cpp peer too, loaded later by run_bench)."""
-    from frspec.bench.eagle_heads import resolve_eagle_head
+    from frspec.bench.eagle_heads import MTP_HEAD, resolve_eagle_head
     from frspec.models.eagle_loading import load_eagle_head
     from frspec.models.loading import load_model, resolve_model_dir
 
@@ -85,7 +85,13 @@ def _load_sections(plan: BenchPlan, say) -> list[Section]:
     sections = [main]
     if plan.eagle:
         eagle_target = model(eagle_target_spec)
-        head = load_eagle_head(head_dir, eagle_target)  # refuses a head that does not fit its target
+        if plan.eagle == MTP_HEAD:  # the EAGLE target's own MTP layers, drafted by an MtpDrafter
+            from frspec.models.mtp import load_mtp_head
+
+            head_dir = Path(dirs[eagle_target_spec])
+            head = load_mtp_head(eagle_target, head_dir)
+        else:
+            head = load_eagle_head(head_dir, eagle_target)  # refuses a head that does not fit its target
         if eagle_target is main.target:
             main.eagle_spec, main.eagle_dir, main.eagle = plan.eagle, str(head_dir), head
         else:
@@ -168,7 +174,7 @@ def _run_section(section: Section, plan: BenchPlan, prompts, say) -> tuple[Any, 
         plan.num_spec_tokens, sorted(draft_sizes), has_draft=section.draft is not None,
         draft_tree_shapes=plan.draft_tree_shapes,
         eagle_tree_shapes=plan.eagle_tree_shapes if section.eagle is not None else (),
-        eagle_token_map_sizes=sorted(eagle_sizes),
+        eagle_token_map_sizes=sorted(eagle_sizes), auto=plan.auto,
     )
     config = plan.config
     if config is not None and config.shape is not None and section.draft is not None:
@@ -245,7 +251,8 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = lambda message: None)
     """Run `plan` on frspec's own engine and write its report in plan.out (see the module docstring)."""
     from frspec.bench.environment import git_commit, machine_info
     from frspec.bench.report import write_report
-    from frspec.bench.summary import summarize
+    from frspec.bench.datasets import MIX_PREFIX
+    from frspec.bench.summary import per_dataset, summarize
     from frspec.models.loading import parse_device, parse_dtype, set_threads
 
     if plan.engine != "frspec":
@@ -268,11 +275,16 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = lambda message: None)
         f"sampling (temperature {sampling.temperature}, top-k {sampling.top_k}, top-p {sampling.top_p}, "
         f"seed {sampling.seed})")
     rows, divergences, generations, section_meta, tables = [], [], [], [], []
+    by_dataset = []
+    mixed = str(plan.dataset or "").startswith(MIX_PREFIX)
     for section in sections:
         result, meta = _run_section(section, plan, prompts, say)
         target = section.target_spec
         section_rows = [{"target": target, **row} for row in summarize(result)]
         rows += section_rows
+        if mixed:  # the mixed run per dataset: what a static choice per dataset would have given
+            by_dataset += [{"target": target, **row}
+                           for row in per_dataset(result, {p.id: p.category for p in prompts})]
         section_meta.append(meta)
         divergences += [
             {"target": target, "method": d.method.label, "prompt_id": d.prompt_id, "position": d.position,
@@ -323,6 +335,7 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = lambda message: None)
         say(f"{d['target']}: {d['method']} differs from vanilla on {d['prompt_id']} at token {d['position']} "
             f"(target top-2 logit margin there {d['top2_margin']:.4f})")
     payload = {"meta": meta, "rows": rows, "divergences": divergences, "generations": generations,
+               **({"per_dataset": by_dataset} if mixed else {}),
                "row_costs_s": {label: {str(n): c for n, c in costs.items()} for label, costs in row_costs.items()}}
     written = write_report(plan.out, payload)
     return BenchRun(payload, written, tables, time.perf_counter() - start)

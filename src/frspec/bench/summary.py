@@ -106,6 +106,11 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
                 "draft_tokens": agg.draft_tokens,
                 "draft_tokens_per_step": _ratio(agg.draft_tokens, agg.target_forwards) if speculative else None,
                 "accepted_depth_histogram": list(agg.accepted_depth_histogram) if speculative else None,
+                # Auto rows: decode steps per chosen draft length ([0]: plain) and speculative steps per map size.
+                "auto": m.auto,
+                "chosen_depth_histogram": list(agg.chosen_depth_histogram) if m.auto else None,
+                "chosen_map_sizes": ({str(k): n for k, n in sorted(agg.chosen_map_sizes.items())}
+                                     if m.auto else None),
             }
         )
     vanilla = Method(VANILLA)
@@ -124,4 +129,42 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
         row["median_prompt_speedup_vs_drafter"] = (
             _median_prompt_speedup(result, m, baseline) if baseline in throughput else None
         )
+        best = best_static(result.methods, m, throughput) if m.auto else None
+        row["best_static"] = best.label if best is not None else None
+        row["auto_vs_best_static"] = _ratio(throughput[m], throughput.get(best)) if best is not None else None
     return rows
+
+
+def best_static(methods, auto: Method, throughput: dict[Method, float]) -> Method | None:
+    """The fastest row a user could have picked in hindsight instead of `auto`: vanilla (same quantization) or
+    the same drafter (draft model, or EAGLE head) at any static map size or none, any shape, no context rows."""
+    same = [m for m in methods if not m.auto and m.quant == auto.quant and m.context_rows is None
+            and (m.kind == VANILLA or (m.kind not in TARGET_ONLY and m.uses_eagle == auto.uses_eagle))]
+    rated = [m for m in same if throughput.get(m)]
+    return max(rated, key=lambda m: throughput[m]) if rated else None
+
+
+def per_dataset(result: BenchResult, dataset_of: dict[str, str]) -> list[dict[str, Any]]:
+    """A mixed run (--mix) broken down by dataset: for each dataset and method, the decoding throughput and
+    acceptance over that dataset's prompts, what the auto rows chose there, and each auto row's ratio to the best
+    row a user could have picked for that dataset alone (`best_static`). `dataset_of`: prompt id -> dataset."""
+    out = []
+    for name in dict.fromkeys(dataset_of[p] for p in result.prompt_ids):
+        throughput, stats = {}, {}
+        for m in result.methods:
+            gens = [g for g in result.generations_of(m) if dataset_of.get(g.prompt_id) == name]
+            if gens:
+                stats[m] = _aggregate(gens)
+                throughput[m] = stats[m].decode_tokens_per_s
+        for m, agg in stats.items():
+            best = best_static(result.methods, m, throughput) if m.auto else None
+            out.append({
+                "dataset": name, "label": m.label, "auto": m.auto, "prompts": agg.requests,
+                "decode_tokens_per_s": throughput[m], "acceptance_length": agg.acceptance_length,
+                "chosen_map_sizes": ({str(k): n for k, n in sorted(agg.chosen_map_sizes.items())}
+                                     if m.auto else None),
+                "chosen_depth_histogram": list(agg.chosen_depth_histogram) if m.auto else None,
+                "best_static": best.label if best is not None else None,
+                "auto_vs_best_static": _ratio(throughput[m], throughput.get(best)) if best is not None else None,
+            })
+    return out

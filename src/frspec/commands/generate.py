@@ -12,6 +12,7 @@ from frspec.commands.config_option import add_config_option, apply_drafting, app
 from frspec.commands.options import (
     add_device, add_dtype, add_quant_options, add_seed, add_threads, draft_load_options, draft_quant, target_quant,
 )
+from frspec.decode.decode_config import CONTEXT_BUDGETS
 from frspec.errors import FrspecError
 from frspec.io import read_text
 
@@ -36,14 +37,20 @@ def register(subparsers) -> None:
     p.add_argument("--context-rows", type=int, default=0, metavar="N",
                    help="context-aware drafting: up to N draft LM-head rows for the prompt's and the accepted "
                         "tokens besides the --token-map's (default: 0, the static map)")
-    p.add_argument("--context-budget", default="fixed", choices=("fixed", "additive"),
+    p.add_argument("--context-budget", default="fixed", choices=CONTEXT_BUDGETS,
                    help="fixed: the N rows replace the map's least frequent ones (k rows in all); additive: "
                         "k + N rows (default: %(default)s)")
     p.add_argument("--num-spec-tokens", default=None, metavar="K|auto",
-                   help="drafted tokens per step, a chain; auto: the best chain on the target's cost per forward "
-                        "measured against rows on this machine (a few seconds; tune/cost_model.py). Default: auto "
-                        "for a quantized target drafted by a draft model (its kernels' cost jumps after a few rows), "
-                        f"else {DEFAULT_NUM_SPEC_TOKENS}. The tree options replace it")
+                   help="drafted tokens per step, a chain; auto: chosen before every step by the per-request "
+                        "controller (decode/controller.py) from this request's acceptance and this machine's "
+                        "measured costs, 0 (plain decoding) where speculation does not pay; the costs are measured "
+                        "once per machine and model pair (seconds) and cached. Default: auto. The tree options "
+                        "replace it")
+    p.add_argument("--token-map-size", default=None, metavar="N|auto",
+                   help="how many of the --token-map's ids the drafter scores: N (the first N; the head's full size: "
+                        "no map) or auto (chosen before every step among 4k..64k, the map's own size and no map, "
+                        "from one frequency-ranked copy of the head). Default: auto with an automatic length, else "
+                        "the map's own size")
     p.add_argument("--tree-depth", type=int, metavar="D", help="draft token trees D levels deep")
     p.add_argument("--tree-branching", type=int, metavar="B",
                    help="children per node of a static tree (default 1), or a dynamic tree's top-k per level")
@@ -78,16 +85,30 @@ def _read_prompt(args: argparse.Namespace) -> str:
 
 
 def _num_spec_tokens(args: argparse.Namespace) -> int | None:
-    """--num-spec-tokens as a number, or None for "measure it" (auto, or the default with a quantized target)."""
+    """--num-spec-tokens as a number, or None for "chosen per step" (auto, the default)."""
     value = args.num_spec_tokens
-    if value is None:
-        return None if target_quant(args) is not None else DEFAULT_NUM_SPEC_TOKENS
-    if str(value).strip().lower() == "auto":
+    if value is None or str(value).strip().lower() == "auto":
         return None
     try:
         return int(value)
     except ValueError:
         raise FrspecError(f"--num-spec-tokens must be a number or auto, got {value!r}") from None
+
+
+def _token_map_size(args: argparse.Namespace) -> int | str | None:
+    """--token-map-size as a number, "auto", or None (not given)."""
+    value = args.token_map_size
+    if value is None:
+        return None
+    if str(value).strip().lower() == "auto":
+        return "auto"
+    try:
+        size = int(value)
+    except ValueError:
+        raise FrspecError(f"--token-map-size must be a number or auto, got {value!r}") from None
+    if size < 1:
+        raise FrspecError(f"--token-map-size must be >= 1, got {size}")
+    return size
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -101,17 +122,20 @@ def run_generate(args: argparse.Namespace) -> int:
     apply_drafting(args, config)
     if args.target is None:
         raise FrspecError("give --target (or --config FILE)")
-    # No --num-spec-tokens (nor a config's): auto for a quantized target, else DEFAULT_NUM_SPEC_TOKENS (below).
+    # No --num-spec-tokens (nor a config's shape): the controller chooses the length per step.
     if sum(map(bool, (args.draft, args.eagle, args.mtp))) > 1:
         raise FrspecError("give one of --draft, --eagle and --mtp")
     drafting = bool(args.draft or args.eagle or args.mtp)
     if args.token_map and not drafting:
         raise FrspecError("--token-map restricts a draft model's LM head: give --draft (or --eagle, --mtp) too")
     num_spec_tokens = _num_spec_tokens(args)
+    token_map_size = _token_map_size(args)
+    if token_map_size is not None and not args.token_map:
+        raise FrspecError("--token-map-size takes the first N ids of a token map: give --token-map too")
     chain = DEFAULT_NUM_SPEC_TOKENS if num_spec_tokens is None else num_spec_tokens
     tree = TreeShape.from_options(chain, args.tree_depth, args.tree_branching, args.tree_budget)
     if args.tree_depth is not None and not drafting:
-        raise FrspecError("token trees are drafted by a drafter: give --draft, --eagle or --mtp too")
+        raise FrspecError("token trees are drafted by a drafter: give --draft or --eagle (or --mtp) too")
     eagle = None
     if args.eagle:
         from frspec.models.eagle_loading import resolve_head_dir
@@ -140,24 +164,40 @@ def run_generate(args: argparse.Namespace) -> int:
     target = load_model(args.target, dtype=args.dtype, device=args.device, quant=target_quant(args))
     draft = load_model(args.draft, dtype=args.dtype, device=args.device, **draft_load_options(args)) if args.draft else None
     token_map = TokenMap.load(args.token_map, vocab_size=vocab_size_of(target)) if args.token_map else None
+    if not drafting and Path(target_dir).is_dir():
+        from frspec.models.mtp import detect_mtp
+
+        layout = detect_mtp(target_dir, int(target.config.get_text_config(decoder=True).num_hidden_layers))
+        if layout is not None:  # detected, not switched on: without a drafter the command stays vanilla
+            print(f"note: the target carries {layout.num_layers} MTP layer(s) ({layout.family} layout); "
+                  "--mtp drafts with them", file=sys.stderr)
     if args.mtp:
         from frspec.models.mtp import load_mtp_head
 
         if not Path(target_dir).is_dir():
             raise FrspecError(f"--mtp reads the MTP layers from a local checkpoint directory, not {args.target!r}")
         eagle = load_mtp_head(target, target_dir)  # drafted by an MtpDrafter (build_generator)
-    if num_spec_tokens is None and draft is not None and args.tree_depth is None:
-        from frspec.tune.cost_model import auto_chain_length
+    if token_map is None and drafting and num_spec_tokens is None and args.tree_depth is None \
+            and not args.context_rows and draft_quant(args) is None:
+        # No map given: with counts shipped for this tokenizer, rank the drafter's head by them and let the
+        # controller choose the size per step (no map included), as it chooses the length.
+        from frspec.vocab.shipped import default_ranking
+        from frspec.vocab.tokenizer_identity import tokenizer_identity
 
-        num_spec_tokens = auto_chain_length(target, draft)
-        tree = TreeShape.chain(num_spec_tokens)
-    num_spec_tokens = DEFAULT_NUM_SPEC_TOKENS if num_spec_tokens is None else num_spec_tokens
-    drafted = tree if drafting else None  # vanilla drafts nothing
+        token_map = default_ranking(tokenizer_identity(tokenizer), vocab_size_of(target))
+        token_map_size = "auto" if token_map is not None else None
+    if token_map is not None and token_map_size is None and draft_quant(args) is not None:
+        token_map_size = token_map.k  # a quantized head is packed for one row count: the map's own
+    # A tree is given explicitly (its options); a chain's length is automatic unless --num-spec-tokens is a number.
+    drafted = tree if drafting and args.tree_depth is not None else None
+    costs = None
+    if config is not None and config.costs and drafting:
+        from frspec.decode.step_costs import StepCosts
+
+        costs = StepCosts.from_dict(config.costs, f"config file {args.config}: 'costs'")
     generator = build_generator(target, draft, token_map, num_spec_tokens, tokenizer, eagle=eagle, tree=drafted,
-                                context_rows=args.context_rows, context_budget=args.context_budget)
-    from frspec.models.quant import quantize_drafter_head
-
-    quantize_drafter_head(generator.drafter, draft_quant(args))
+                                context_rows=args.context_rows, context_budget=args.context_budget,
+                                token_map_size=token_map_size, costs=costs, draft_head_quant=draft_quant(args))
 
     kwargs = dict(
         prompt=prompt,
@@ -175,6 +215,10 @@ def run_generate(args: argparse.Namespace) -> int:
             "finish_reason": out.finish_reason,
             "stats": out.stats.to_dict(),
         }
+        if generator.controller is not None:  # what the per-request controller chose
+            record["auto"] = {"map_sizes": list(generator.controller.sizes),
+                              "draft_lengths": list(generator.controller.depths),
+                              "costs_machine": generator.costs.provenance.get("machine")}
         if args.context_rows:  # how many of the drafter's rows this request's own tokens took
             record["context"] = {"rows": args.context_rows, "budget": args.context_budget,
                                  "request_rows": generator.drafter.vocab.context_rows}

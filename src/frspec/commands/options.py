@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 
+from frspec.models.loading import DTYPE_NAMES
 from frspec.models.quant import parse_quant
 
 # Model dtypes a command accepts (frspec.models.loading.parse_dtype reads them); "auto" is decided per model and
 # device (see load_model).
-DTYPE_CHOICES = ("auto", "bf16", "fp16", "fp32", "fp64")
+DTYPE_CHOICES = ("auto", *DTYPE_NAMES.values())
 # One default seed for every command that samples or shuffles: runs are reproducible unless asked otherwise.
 DEFAULT_SEED = 0
 
@@ -37,8 +38,8 @@ def add_seed(parser: argparse.ArgumentParser, what: str = "sampling seed") -> No
 
 
 # --quant / --draft-quant, shared by `frspec generate` and `frspec bench`: load_model(spec, quant=target_quant(args));
-# a draft loads with **draft_load_options(args) (head kept float until the drafter picks its rows), then
-# quantize_drafter_head(generator.drafter, draft_quant(args)).
+# a draft loads with **draft_load_options(args) (head kept float until the drafter picks its rows), and the drafter
+# quantizes its own head: build_generator(..., draft_head_quant=draft_quant(args)).
 QUANT_CHOICES = ("int4", "int8", "none")
 
 
@@ -62,5 +63,5 @@ def draft_quant(args: argparse.Namespace) -> str | None:
 
 def draft_load_options(args: argparse.Namespace) -> dict:
     """load_model keywords for a draft model: its LM head stays float so that an FR-Spec drafter can copy the
-    map's rows from it; quantize_drafter_head quantizes the drafter's head afterwards."""
+    map's rows from it; the drafter then quantizes its own head (build_drafter's head_quant)."""
     return {"quant": draft_quant(args), "quantize_head": False}

@@ -51,6 +51,11 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]
         from frspec.decode.decode_config import DecodeConfig
 
         config = DecodeConfig.load(args.config)
+        if "auto" in (config.tree, config.token_map_size):
+            # frspec's own engine chooses length and map size per step (decode/controller.py); vLLM's proposer
+            # drafts one fixed length and the plugin installs one static map per server.
+            raise FrspecError(f"{args.config}: vLLM serves a fixed draft length and one map size; give the config a "
+                              "tree and a map size (auto is for frspec generate and bench)")
     elif not args.token_map:
         raise FrspecError("give --token-map FILE or --config FILE")
     if args.token_map and not Path(args.token_map).is_file():

@@ -82,8 +82,12 @@ def _eagle(args: argparse.Namespace) -> int:
     restricts the token loss to the K most frequent ids), log loss and held-out top-1 accuracy per epoch, and
     write OUT/config.json + OUT/model.safetensors for `load_eagle_head`. Both steps resume after an interruption:
     features continue from the last shard, training from the last checkpoint with --resume."""
+    import dataclasses
+
     from frspec.train.pipeline import EagleTraining, train_eagle
 
     _check_args(args)
-    train_eagle(EagleTraining.from_args(args))
+    # The job's fields are the command's options of the same names.
+    train_eagle(EagleTraining(**{f.name: getattr(args, f.name) for f in dataclasses.fields(EagleTraining)
+                                 if hasattr(args, f.name)}))
     return 0

@@ -140,6 +140,9 @@ def _write_config(args, result, token_maps, target_spec: str, draft_spec: str, d
         quant=args.quant, draft_quant=args.draft_quant, token_map_size=pick.map_size, token_map_path=map_path,
         tree=None if pick.shape is None else str(pick.shape), context_rows=args.context_rows,
         context_budget=args.context_budget,
+        # The measured costs, so that `generate --config` with an automatic length or map size (the per-request
+        # controller) decides from this machine's numbers without measuring again.
+        costs=_costs_record(result, token_maps),
         predicted={"tokens_per_s": row["predicted_tokens_per_s"], "tokens_per_step": row["predicted_tokens_per_step"],
                    "rank": row["predicted_rank"], "best": result.ranked[0].candidate.label},
         measured={"tokens_per_s": row["measured_tokens_per_s"], "tokens_per_step": row["measured_tokens_per_step"],
@@ -150,6 +153,14 @@ def _write_config(args, result, token_maps, target_spec: str, draft_spec: str, d
         provenance=meta,
     )
     return config.save(out)
+
+
+def _costs_record(result, token_maps) -> dict:
+    from frspec.tune.predict import step_costs
+
+    costs = step_costs(result.measurements)
+    costs.full_size = next((m.vocab_size for m in token_maps.values()), None)
+    return costs.to_dict()
 
 
 def _load_average() -> str:
@@ -169,6 +180,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from frspec.tune.search import TuneSettings, tune
     from frspec.models.defaults import ROLES
     from frspec.models.loading import (
+        dtype_name,
         check_same_vocab, load_model, parse_device, parse_dtype, resolve_model_dir, set_threads,
     )
     from frspec.models.tokenizer import load_tokenizer
@@ -204,8 +216,7 @@ def run_tune(args: argparse.Namespace) -> int:
     result = tune(target, draft, tokenizer, encoded, confirmation, token_maps, settings, say,
                   progress=not args.no_progress)
 
-    dtype = str(next(target.parameters()).dtype).removeprefix("torch.").replace("bfloat16", "bf16")
-    dtype = {"float16": "fp16", "float32": "fp32", "float64": "fp64"}.get(dtype, dtype)
+    dtype = dtype_name(next(target.parameters()).dtype)
     meta = {
         "command": "frspec " + " ".join(sys.argv[1:]),
         "commit": commit,

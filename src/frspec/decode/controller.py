@@ -118,6 +118,7 @@ class ControllerState:
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     chosen_sizes: dict[int, int] = field(default_factory=dict)  # speculative steps per map size
     chosen_depths: list[int] = field(default_factory=list)  # steps per draft length
+    step_times: dict = field(default_factory=dict)  # (costs, depth, size) -> seconds, memoised
 
     def coverage(self, k: int) -> float:
         prior = self.coverage_prior.get(k, 1.0)
@@ -140,12 +141,14 @@ def new_request(settings: ControllerSettings, coverage_prior: dict[int, float] |
     return state
 
 
-def expected_tokens(state: ControllerState, depth: int, k: int) -> float:
-    """Tokens a step of `depth` drafts at map size k emits on average: 1 + sum_j prod_{i<j} alpha_i c(k)."""
-    c = state.coverage(k)
+def expected_tokens(state: ControllerState, depth: int, k: int, alphas: Sequence[float] | None = None,
+                    coverage: float | None = None) -> float:
+    """Tokens a step of `depth` drafts at map size k emits on average: 1 + sum_j prod_{i<j} alpha_i c(k).
+    (`alphas`, `coverage`: the state's values, when the caller computed them already.)"""
+    c = state.coverage(k) if coverage is None else coverage
     total, reach = 1.0, 1.0
     for i in range(depth):
-        reach *= state.agreement(i) * c
+        reach *= (state.agreement(i) if alphas is None else alphas[i]) * c
         total += reach
     return total
 
@@ -153,7 +156,7 @@ def expected_tokens(state: ControllerState, depth: int, k: int) -> float:
 def _shape(settings: ControllerSettings, depth: int) -> TreeShape | None:
     if depth == 0:
         return None
-    return settings.shape if settings.shape is not None else TreeShape.chain(depth)
+    return settings.shape.with_depth(depth) if settings.shape is not None else TreeShape.chain(depth)
 
 
 def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None,
@@ -162,17 +165,29 @@ def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None
     the target's token agrees (alpha = 1), the best speculation could do on this request's coverage."""
     s = state.settings
     out = {}
-    for depth in s.depths:
-        if remaining is not None and depth > max(remaining - 1, 0):
-            continue
+    depths = s.depths
+    if remaining is not None:  # drafts beyond the token budget could not be emitted: shorten them (as the step does)
+        depths = sorted({min(d, max(remaining - 1, 0)) for d in depths})
+    alphas = [1.0 if optimistic else state.agreement(i) for i in range(s.max_depth)]
+    coverage = {k: state.coverage(k) for k in s.sizes}
+    for depth in depths:
         for k in (s.sizes if depth else s.sizes[-1:]):
-            if optimistic:
-                c = state.coverage(k)
-                tokens = sum(c ** j for j in range(depth + 1))
-            else:
-                tokens = expected_tokens(state, depth, k)
-            out[(depth, k)] = tokens / costs.step_time_s(_shape(s, depth), k)
+            tokens = expected_tokens(state, depth, k, alphas, coverage[k])
+            out[(depth, k)] = tokens / _step_time(state, costs, depth, k)
     return out
+
+
+def speculation_can_pay(settings: ControllerSettings, costs: StepCosts) -> bool:
+    """Whether any allowed draft beats plain decoding even at best (every draft accepted, every map covering):
+    if not, this machine's costs rule speculation out for every request, and the engine does not even prefill
+    the drafter."""
+    if settings.max_depth == 0:
+        return False
+    if 0 not in settings.depths:
+        return True  # plain decoding is not an option here (an explicit length or tree): draft anyway
+    plain = 1.0 / costs.step_time_s(None)
+    return any((d + 1) / costs.step_time_s(_shape(settings, d), k) > plain
+               for d in settings.depths if d for k in settings.sizes)
 
 
 def choose(state: ControllerState, costs: StepCosts, remaining: int | None = None) -> Plan:
@@ -183,7 +198,7 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
     if not options:
         return _record(state, Plan(0, s.sizes[-1]))
     depth, k = max(options, key=lambda dk: (options[dk], -dk[0], -dk[1]))
-    if depth > 0 or s.max_depth == 0:
+    if depth > 0 or s.max_depth == 0 or (remaining is not None and remaining <= 1):
         return _record(state, Plan(depth, k))
     # Plain decoding: probe now and then if only the acceptance estimate, not the machine, rules speculation out.
     state.plain_steps += 1
@@ -226,6 +241,14 @@ def observe(state: ControllerState, plan: Plan, accepted: int, token_ranks: Sequ
             break
         state.agreed[i] = state.agreed[i] * DRAFT_DECAY + agreed
         state.tried[i] = state.tried[i] * DRAFT_DECAY + tried
+
+
+def _step_time(state: ControllerState, costs: StepCosts, depth: int, k: int) -> float:
+    """costs.step_time_s for (depth, k), computed once per request (the costs do not change within one)."""
+    key = (id(costs), depth, k)
+    if key not in state.step_times:
+        state.step_times[key] = costs.step_time_s(_shape(state.settings, depth), k)
+    return state.step_times[key]
 
 
 def _record(state: ControllerState, plan: Plan) -> Plan:

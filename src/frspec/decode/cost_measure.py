@@ -30,6 +30,7 @@ from frspec.decode.step_costs import StepCosts, draft_forward_widths, measure_ro
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
 from frspec.io import atomic_path
+from frspec.vocab.ranked_vocab import RankedVocab
 from frspec.paths import cache_dir
 
 CACHE_VERSION = 1
@@ -67,8 +68,7 @@ def model_identity(model: torch.nn.Module) -> str | None:
 
 
 def drafter_identity(drafter: Drafter) -> str | None:
-    model = getattr(drafter, "model", None) or getattr(drafter, "head", None)
-    return None if model is None else model_identity(model)
+    return model_identity(drafter.weights)
 
 
 def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence[int], max_rows: int,
@@ -99,27 +99,27 @@ def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence
 
 @torch.inference_mode()
 def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence[int], max_rows: int,
-                       shape: TreeShape | None = None, context: int = 64, new_tokens: int = 24) -> StepCosts:
+                       shape: TreeShape | None = None, context: int = 64, new_tokens: int = 16) -> StepCosts:
     """Measure the cost model's terms (module docstring). `sizes`: the map sizes to time the head at;
     `max_rows`: the most rows a step's target forward may have; `shape`: a tree the drafter drafts (its level
     widths are timed too)."""
     rows = sorted({n for n in (1, 2, 3, 4, 5, 7, 9, 12, 16) if n < max_rows} | {max_rows})
-    target_costs = measure_row_costs(target, rows, context=context, repeats=3, warmup=1)
+    target_costs = measure_row_costs(target, rows, context=context, repeats=2, warmup=1)
     vocab = drafter.vocab
     widths = sorted({1, *(draft_forward_widths(shape) if shape is not None else [])})
     head_costs = {int(k): _head_costs(vocab, int(k), widths) for k in sizes}
 
     vocab_size = int(target.config.vocab_size)
     prompt = torch.randint(0, vocab_size, (context,), generator=torch.Generator().manual_seed(0)).tolist()
-    full = getattr(vocab, "full_size", None)
-    before = vocab.size
+    full = vocab.full_size if isinstance(vocab, RankedVocab) else None
+    before = vocab.map_size if full is not None else vocab.size
     if full is not None:
         vocab.set_size(max(sizes))
     try:
         plain = _engine_run(SpeculativeGenerator(target), prompt, new_tokens)
         spec = _engine_run(SpeculativeGenerator(target, drafter, num_spec_tokens=2), prompt, new_tokens)
     finally:
-        if full is not None:
+        if isinstance(vocab, RankedVocab):
             vocab.set_size(before)
 
     def beyond_forwards(stats) -> float:
@@ -129,7 +129,7 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
     per_forward = (spec.draft_time_s - spec.draft_lm_head_time_s) / max(spec.draft_steps, 1)
     return StepCosts(target_costs, {1: max(per_forward, 0.0)}, head_costs,
                      step_overhead_s=beyond_forwards(spec), vanilla_overhead_s=beyond_forwards(plain),
-                     full_size=full if full is not None else int(vocab.size))
+                     full_size=vocab.full_size if isinstance(vocab, RankedVocab) else int(vocab.size))
 
 
 def _engine_run(generator: SpeculativeGenerator, prompt: list[int], new_tokens: int):
@@ -140,16 +140,22 @@ def _engine_run(generator: SpeculativeGenerator, prompt: list[int], new_tokens: 
 
 def _head_costs(vocab, k: int, widths: Sequence[int], repeats: int = 5, warmup: int = 2) -> dict[int, float]:
     """Median seconds of the drafter's head over its first k rows and picking its choices, per width."""
-    weight = getattr(vocab, "weight_all", None)
-    weight = vocab.head.weight if weight is None else weight
+    ranked = isinstance(vocab, RankedVocab)
+    # The hidden states' width, dtype and device: a float head's weight, or a quantized (packed) head's own
+    # in_features with the dtype of its float tensors (activations stay float, models/quant.py).
+    head = vocab.head
+    floats = [t for t in list(head.parameters()) + list(head.buffers()) if t.is_floating_point()]
+    width = int(getattr(head, "in_features", 0) or vocab.weight_all.shape[1] if ranked else head.in_features)
+    dtype = floats[0].dtype if floats else torch.float32
+    device = floats[0].device if floats else torch.device("cpu")
     gen = torch.Generator().manual_seed(0)
     out = {}
     for n in widths:
-        hidden = torch.randn(n, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
+        hidden = torch.randn(n, width, generator=gen).to(device, dtype)
         times = []
         for i in range(warmup + repeats):
             start = time.perf_counter()
-            logits = vocab.logits(hidden, k) if hasattr(vocab, "full_size") else vocab.logits(hidden)
+            logits = vocab.logits(hidden, k) if ranked else vocab.logits(hidden)
             picked = logits.argmax(-1) if n == 1 else torch.topk(logits.float(), min(3, k), dim=-1).indices
             vocab.to_target(picked).tolist()  # the drafter reads its choices back: that syncs a GPU too
             if i >= warmup:

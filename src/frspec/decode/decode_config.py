@@ -7,7 +7,12 @@ them, and what it predicted and measured for that choice.
      "token_map": {"size": 32768, "path": "/root/.cache/frspec/token_maps/...-top32768.safetensors"},   # or null
      "tree": "chain-3",                                                   # decode/tree_shape.py syntax; null: vanilla
      "context_rows": null, "context_budget": null,                        # passed through to the drafter options
+     "costs": {...},                                                      # decode/step_costs.py StepCosts, or null
      "predicted": {...}, "measured": {...}, "provenance": {...}}          # free-form records, never read back
+
+"auto" as the token map's size or as the tree hands that choice to the per-request controller
+(decode/controller.py), which decides from `costs` (this machine's, as `frspec tune` measured them; without them
+the engine measures its own once per machine and model pair).
 
 `frspec generate --config`, `frspec bench --config` and the vLLM plugin (FRSPEC_CONFIG) read it with
 `DecodeConfig.load`; explicit options override it. It lives in decode/ (not bench/) because the plugin and the
@@ -24,13 +29,15 @@ from typing import Any
 
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
+from frspec.vocab.context_vocab import BUDGETS
 from frspec.io import atomic_path, read_text
 
 SCHEMA = "frspec-config"
 VERSION = 1
-CONTEXT_BUDGETS = ("fixed", "additive")
+CONTEXT_BUDGETS = BUDGETS  # the context-aware vocabulary's budgets (vocab/context_vocab.py)
 _KNOWN = {"schema", "version", "target", "draft", "dtype", "quant", "draft_quant", "token_map", "tree",
-          "context_rows", "context_budget", "predicted", "measured", "provenance"}
+          "context_rows", "context_budget", "costs", "predicted", "measured", "provenance"}
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -43,11 +50,12 @@ class DecodeConfig:
     dtype: str = "auto"
     quant: str = "none"
     draft_quant: str | None = None
-    token_map_size: int | None = None
+    token_map_size: int | str | None = None  # or "auto"
     token_map_path: str | None = None
-    tree: str | None = None
+    tree: str | None = None  # or "auto": chains of a length chosen per step
     context_rows: int | None = None
     context_budget: str | None = None
+    costs: dict[str, Any] | None = None
     predicted: dict[str, Any] = field(default_factory=dict)
     measured: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
@@ -64,21 +72,28 @@ class DecodeConfig:
             return "'draft' must be a model name or path, or null"
         if (self.draft is None) != (self.tree is None):
             return "'tree' is set exactly when there is a 'draft' (null for vanilla decoding)"
-        if self.tree is not None:
+        if self.tree is not None and self.tree != AUTO:
             TreeShape.parse(self.tree, "decode config 'tree'")
         if (self.token_map_size is None) != (self.token_map_path is None):
             return "'token_map' needs both 'size' and 'path'"
         if self.token_map_size is not None:
             if self.draft is None:
                 return "a 'token_map' restricts a draft's LM head: it needs a 'draft'"
-            if isinstance(self.token_map_size, bool) or not isinstance(self.token_map_size, int) \
-                    or self.token_map_size < 1:
-                return f"'token_map' 'size' must be a positive integer, got {self.token_map_size!r}"
+            if self.token_map_size != AUTO and (isinstance(self.token_map_size, bool)
+                                                or not isinstance(self.token_map_size, int) or self.token_map_size < 1):
+                return f"'token_map' 'size' must be a positive integer or \"auto\", got {self.token_map_size!r}"
         if self.context_rows is not None and (isinstance(self.context_rows, bool)
                                               or not isinstance(self.context_rows, int) or self.context_rows < 0):
             return f"'context_rows' must be an integer >= 0 or null, got {self.context_rows!r}"
         if self.context_budget is not None and self.context_budget not in CONTEXT_BUDGETS:
             return f"'context_budget' must be one of {', '.join(CONTEXT_BUDGETS)} or null, got {self.context_budget!r}"
+        if self.costs is not None:
+            from frspec.decode.step_costs import StepCosts
+
+            try:
+                StepCosts.from_dict(self.costs, "'costs'")
+            except FrspecError as e:
+                return str(e)
         for name in ("dtype", "quant"):
             if not isinstance(getattr(self, name), str):
                 return f"'{name}' must be a string"
@@ -86,8 +101,8 @@ class DecodeConfig:
 
     @property
     def shape(self) -> TreeShape | None:
-        """The drafted shape (None for vanilla)."""
-        return None if self.tree is None else TreeShape.parse(self.tree, "decode config 'tree'")
+        """The drafted shape (None for vanilla, and for "auto": no fixed shape)."""
+        return None if self.tree in (None, AUTO) else TreeShape.parse(self.tree, "decode config 'tree'")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -135,7 +150,8 @@ class DecodeConfig:
                 target=data["target"], draft=data.get("draft"), dtype=data.get("dtype", "auto"),
                 quant=data.get("quant", "none"), draft_quant=data.get("draft_quant"),
                 token_map_size=token_map.get("size"), token_map_path=token_map.get("path"), tree=data.get("tree"),
-                context_rows=data.get("context_rows"), context_budget=data.get("context_budget"), **records,
+                context_rows=data.get("context_rows"), context_budget=data.get("context_budget"),
+                costs=data.get("costs"), **records,
             )
         except FrspecError as e:
             raise FrspecError(f"{where}: {str(e).removeprefix('decode config: ')}") from None

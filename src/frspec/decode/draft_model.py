@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from frspec.decode.drafter import Drafter, check_token_map
+from frspec.decode.hybrid_target import is_hybrid
 from frspec.decode.kv_cache import cache_length, enable_rollback, new_cache, truncate_cache
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.timing import now
@@ -12,20 +13,28 @@ from frspec.decode.token_tree import TokenTree, check_tree_support, expansion_in
 from frspec.decode.tree_growth import add_children, grow_tree
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
-from frspec.models.loading import vocab_size_of
+from frspec.models.loading import check_context_length, vocab_size_of
+from frspec.models.quant import parse_quant, quantize_linear
 from frspec.vocab.context_vocab import build_draft_vocab
 from frspec.vocab.token_map import TokenMap
 
 
 def _check_plain_logits(model: torch.nn.Module) -> None:
-    # The drafter computes logits as head(base(x)); models that scale or soft-cap logits after the head would draft
-    # from a different distribution than they define.
+    # The drafter computes logits as head(base(x)) (soft-capped, see `_softcap`); models that scale logits after
+    # the head would draft from a different distribution than they define.
     config = model.config
-    for attr in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
+    for attr in ("logit_scale", "logits_scaling"):
         if getattr(config, attr, None) not in (None, 1, 1.0):
             raise FrspecError(f"draft models with {attr} are not supported (logits are not head(hidden))")
     if model.base_model is model:
         raise FrspecError(f"{type(model).__name__} does not expose a base model to run without its LM head")
+
+
+def _softcap(model: torch.nn.Module) -> float | None:
+    """The model's final logit soft-cap (Gemma 2: 30; Gemma 3 ships none), applied as cap * tanh(logits / cap)
+    after the head. It is elementwise, so the capped logits of a map's rows are the full head's at those rows."""
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    return float(cap) if cap else None
 
 
 class DraftModelDrafter(Drafter):
@@ -35,19 +44,30 @@ class DraftModelDrafter(Drafter):
     token map only the map's k rows are ever multiplied. The model itself is not modified.
     """
 
+    kind = "draft"
+
     def __init__(self, model: torch.nn.Module, token_map: TokenMap | None = None, context_rows: int = 0,
-                 context_budget: str = "fixed", ranked: bool = False):
+                 context_budget: str = "fixed", ranked: bool = False, head_quant: str | None = None):
         """`context_rows` > 0 makes the vocabulary context-aware (vocab/context_vocab.py): besides the map's
         rows, up to that many rows for the request's prompt and generated tokens, within the map's k rows
         (`context_budget="fixed"`) or added to them ("additive"). `ranked`: the map is a frequency ranking and
-        the head serves every map size, chosen per step (vocab/ranked_vocab.py)."""
+        the head serves every map size, chosen per step (vocab/ranked_vocab.py). `head_quant` ("int4", "int8")
+        quantizes the vocabulary's head once its rows are selected (a context-aware one stays float: its rows change
+        per request; a ranked one is refused: its row count changes per step); load a quantized draft with its head
+        float (load_model(..., quantize_head=False)) for that."""
         super().__init__()
         _check_plain_logits(model)
+        if is_hybrid(model):
+            # Its recurrent state cannot be cut back after a rejected draft (transformers' crop only rewinds the
+            # convolution window), so it would draft from a state that saw rejected tokens.
+            raise FrspecError("draft models with linear-attention layers (Qwen3-Next, Qwen3.5) are not supported: "
+                              "draft a hybrid target with its MTP layers (--mtp) or a full-attention draft model")
         full_head = model.get_output_embeddings()
         if getattr(full_head, "weight", None) is None:
             raise FrspecError(f"{type(model).__name__} has no linear LM head to draft with")
         self.model = model
         self.base = model.base_model
+        self.softcap = _softcap(model)
         self.device = next(model.parameters()).device
         vocab_size = vocab_size_of(model)
         if token_map is not None:
@@ -55,7 +75,16 @@ class DraftModelDrafter(Drafter):
         self.vocab = build_draft_vocab(full_head.weight, getattr(full_head, "bias", None), token_map,
                                        vocab_size=vocab_size, context_rows=context_rows,
                                        context_budget=context_budget, ranked=ranked)
+        if parse_quant(head_quant) is not None:
+            self.vocab.quantize_head(lambda linear: quantize_linear(linear, head_quant))
         self.cache = new_cache(model)
+
+    @property
+    def weights(self) -> torch.nn.Module:
+        return self.model
+
+    def check_request_lengths(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        check_context_length(self.model, prompt_tokens, max_new_tokens, "the draft model")
 
     def check_shape(self, shape: TreeShape) -> None:
         if shape.kind != "chain":
@@ -93,9 +122,8 @@ class DraftModelDrafter(Drafter):
         tree, node = TokenTree.from_root(root), 0
         for _ in range(depth):
             hidden = self.base(input_ids=inputs, cache=self.cache, use_cache=True).last_hidden_state[:, -1]
-            head_start = now(self.device)
-            node = add_children(tree, node, self.vocab.logits(hidden)[0], 1, sampling, generator, self.vocab)[0]
-            self.lm_head_time_s += now(self.device) - head_start
+            # LM-head time is the head alone, as for trees; choosing the child counts as drafting time.
+            node = add_children(tree, node, self._logits(hidden)[0], 1, sampling, generator, self.vocab)[0]
             inputs = torch.tensor([[tree.tokens[node]]], device=self.device)
         # The last drafted token is not fed to the model: it is only needed if all drafts are accepted, and then
         # the next propose() feeds it together with the target's bonus token.
@@ -124,3 +152,13 @@ class DraftModelDrafter(Drafter):
 
     def rollback(self, length: int) -> None:
         truncate_cache(self.cache, length)
+
+    def _capped(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits if self.softcap is None else torch.tanh(logits / self.softcap) * self.softcap
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The draft LM head over this drafter's vocabulary (soft-capped like the model's own), timed."""
+        start = now(self.device)
+        logits = self._capped(self.vocab.logits(hidden))
+        self.lm_head_time_s += now(self.device) - start
+        return logits

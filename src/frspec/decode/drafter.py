@@ -19,7 +19,6 @@ from frspec.decode.timing import now
 from frspec.decode.token_tree import TokenTree
 from frspec.decode.tree_shape import TreeShape
 from frspec.vocab.tokenizer_identity import tokenizer_identity
-from frspec.vocab.context_vocab import ContextVocab
 from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.token_map import TokenMap
 
@@ -54,6 +53,21 @@ class Drafter:
         """The FR-Spec map restricting this drafter's LM head (None: its full vocabulary)."""
         return self.vocab.token_map
 
+    @property
+    def kind(self) -> str:
+        """What drafts: "draft" (an independent draft model), "eagle" (an EAGLE head on the target's states) or
+        "mtp" (the target checkpoint's MTP layers)."""
+        raise NotImplementedError
+
+    @property
+    def weights(self) -> torch.nn.Module:
+        """The module whose weights draft (the draft model, or the EAGLE/MTP head): what a cost cache is keyed on."""
+        raise NotImplementedError
+
+    def check_request_lengths(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        """Refuse a request longer than this drafter's own model can position (before anything is allocated); a
+        drafter without positions of its own has nothing to check."""
+
     def check_shape(self, shape: TreeShape) -> None:
         """Refuse a shape this drafter cannot draft (before any work), e.g. a tree for a model without tree masks."""
 
@@ -84,15 +98,13 @@ class Drafter:
     def _begin_request(self, prompt: torch.Tensor) -> None:
         """A context-aware vocabulary (vocab/context_vocab.py) takes the prompt's tokens as this request's rows;
         a static one has nothing to do. Drafters call it at the start of `prefill`."""
-        if isinstance(self.vocab, ContextVocab):
-            self.vocab.begin_request(prompt)
+        self.vocab.begin_request(prompt)
 
     def _add_request_tokens(self, ids: torch.Tensor) -> None:
         """A context-aware vocabulary also takes the tokens accepted since the last proposal (and the root).
         Drafters call it at the start of `propose`, never between a proposal and its verification, so the rows a
         proposal's q was computed over are the rows it is verified against."""
-        if isinstance(self.vocab, ContextVocab):
-            self.vocab.add_tokens(ids)
+        self.vocab.add_tokens(ids)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The draft LM head over this drafter's vocabulary, timed as LM-head time."""

@@ -32,6 +32,8 @@ from frspec.vocab.token_map import TokenMap
 class EagleDrafter(Drafter):
     """Drafts trees (chains included) with an EAGLE-1/2 or EAGLE-3 head, optionally through an FR-Spec token map."""
 
+    kind = "eagle"
+
     def __init__(self, head: EagleHead, num_target_layers: int, token_map: TokenMap | None = None,
                  context_rows: int = 0, context_budget: str = "fixed", ranked: bool = False):
         """`context_rows` > 0 makes the vocabulary context-aware (vocab/context_vocab.py), as for a draft model:
@@ -55,6 +57,10 @@ class EagleDrafter(Drafter):
     @property
     def version(self) -> int:
         return self.head.version
+
+    @property
+    def weights(self) -> torch.nn.Module:
+        return self.head
 
     def check_shape(self, shape: TreeShape) -> None:
         # The head runs every level of a draft, chains included, under a tree mask.

@@ -12,11 +12,11 @@ from typing import Generator, Iterable, Iterator, Sequence
 
 import torch
 
-from frspec.decode.controller import ControllerSettings, ControllerState, Plan, choose, new_request, observe
+from frspec.decode.controller import (
+    ControllerSettings, ControllerState, Plan, choose, new_request, observe, speculation_can_pay,
+)
 from frspec.decode.drafter import Drafter
-from frspec.decode.eagle_drafter import EagleDrafter
 from frspec.decode.hybrid_target import check_hybrid_tree_support, is_hybrid
-from frspec.decode.mtp_drafter import MtpDrafter
 from frspec.decode.request import Request, prepare_request
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.stats import GenerationStats
@@ -27,6 +27,7 @@ from frspec.decode.token_tree import check_tree_support
 from frspec.decode.tree_shape import TreeShape, check_num_spec_tokens
 from frspec.errors import FrspecError
 from frspec.models.loading import check_context_length, vocab_size_of
+from frspec.vocab.ranked_vocab import RankedVocab
 
 
 @dataclass
@@ -72,6 +73,7 @@ class SpeculativeGenerator:
         tree: TreeShape | None = None,
         controller: ControllerSettings | None = None,
         costs: StepCosts | None = None,
+        map_size: int | None = None,
     ):
         check_num_spec_tokens(num_spec_tokens)
         self.target = target
@@ -91,7 +93,7 @@ class SpeculativeGenerator:
                     f"target and draft vocabularies differ: the target has {self.vocab_size} ids, "
                     f"the drafter {drafter.vocab_size}"
                 )
-            drafter_device = torch.device(getattr(drafter, "device", self.device))
+            drafter_device = torch.device(drafter.device)
             if drafter_device.type != self.device.type or (drafter_device.index or 0) != (self.device.index or 0):
                 raise FrspecError(f"target is on {self.device} but the drafter is on {drafter_device}")
             if controller is not None:
@@ -104,8 +106,19 @@ class SpeculativeGenerator:
             drafter.check_shape(self.shape)
         if controller is not None and drafter is None:
             raise FrspecError("the controller chooses a drafter's draft length and map size: give a drafter")
+        if map_size is not None:
+            # A fixed size of a ranked head several generators share (e.g. the bench's static rows): set at the
+            # start of every request, since another generator may have drafted at another size in between.
+            if drafter is None or not isinstance(drafter.vocab, RankedVocab) or controller is not None:
+                raise FrspecError("a fixed map size per generator needs a drafter with a ranked head and no "
+                                  "controller")
+            drafter.vocab.set_size(map_size)
+        self.map_size = map_size
         self.controller = controller
         self.costs = costs
+        # The machine's costs rule out every draft (a target whose forward over n rows costs n one-row forwards):
+        # requests then decode plainly from the start, without prefilling or feeding the drafter at all.
+        self.plain_only = controller is not None and not speculation_can_pay(controller, costs)
 
     @property
     def method(self) -> str:
@@ -114,10 +127,8 @@ class SpeculativeGenerator:
         if self.drafter is None:
             return "vanilla"
         mapped = self.drafter.token_map is not None
-        if isinstance(self.drafter, MtpDrafter):
-            return "mtp+fr-spec" if mapped else "mtp"
-        if isinstance(self.drafter, EagleDrafter):
-            return "eagle+fr-spec" if mapped else "eagle"
+        if self.drafter.kind in ("mtp", "eagle"):
+            return f"{self.drafter.kind}+fr-spec" if mapped else self.drafter.kind
         return "fr-spec" if mapped else "draft"
 
     def generate(
@@ -169,9 +180,8 @@ class SpeculativeGenerator:
                                   sampling, stop_strings, eos_token_ids, apply_chat_template)
         # Before anything is allocated: a request beyond the model's positions is an error, not garbage or an OOM.
         check_context_length(self.target, len(request.prompt_ids), request.max_new_tokens, "the target")
-        draft_model = getattr(self.drafter, "model", None)
-        if draft_model is not None:
-            check_context_length(draft_model, len(request.prompt_ids), request.max_new_tokens, "the draft model")
+        if self.drafter is not None:
+            self.drafter.check_request_lengths(len(request.prompt_ids), request.max_new_tokens)
         return request
 
     def _run(self, request: Request, stream: bool) -> Generator[str, None, GenerationOutput]:
@@ -184,7 +194,7 @@ class SpeculativeGenerator:
         control = self._new_control(request.sampling)
         if request.max_new_tokens > 0:
             state = self._start(request.prompt_ids, request.max_new_tokens, request.sampling)
-            new, step = [self._prefill(state, stats)], None
+            new, step = [self._prefill(state, stats, plain=self.plain_only)], None
             while True:
                 kept = len(new)
                 eos_at = next((j for j, token in enumerate(new) if token in request.eos_ids), None)
@@ -210,6 +220,9 @@ class SpeculativeGenerator:
                 remaining = request.max_new_tokens - len(generated)
                 if control is None:
                     step = self._step(state, remaining)
+                elif self.plain_only:
+                    step = self._plain_step(state, remaining)
+                    stats.record_choice(0, 0)
                 else:
                     step = self._controlled_step(state, remaining, control, stats)
                 new = step.tokens
@@ -232,7 +245,7 @@ class SpeculativeGenerator:
             return None
         vocab = self.drafter.vocab
         prior = {}
-        if hasattr(vocab, "coverage") and vocab.coverage_prior is not None:
+        if isinstance(vocab, RankedVocab) and vocab.coverage_prior is not None:
             prior = {k: vocab.coverage(k) for k in self.controller.sizes}
         return new_request(self.controller, prior, sampling.seed)
 
@@ -242,11 +255,11 @@ class SpeculativeGenerator:
         """Choose this step's length and map size, take the step, show the controller what happened."""
         plan = choose(control, self.costs, remaining)
         vocab = self.drafter.vocab
-        if plan.depth and vocab.size != plan.size:
+        if plan.depth and vocab.map_size != plan.size:
             vocab.set_size(plan.size)  # before proposing: the proposal is drafted and verified over these rows
         shape = None if plan.depth == 0 else (self.controller.shape or TreeShape.chain(plan.depth))
         step = decode_step(self.target, self.drafter, state, shape, self.hidden_layers, remaining)
-        ranks = vocab.ranks(step.tokens).tolist() if hasattr(vocab, "ranks") else None
+        ranks = vocab.ranks(step.tokens).tolist() if isinstance(vocab, RankedVocab) else None
         observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks)
         stats.record_choice(step.drafted_depth, plan.size)
         return step
@@ -264,15 +277,26 @@ class SpeculativeGenerator:
     def _start(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams) -> DecodeState:
         if self.drafter is not None:
             self.drafter.reset()
+            if self.map_size is not None:
+                self.drafter.vocab.set_size(self.map_size)
         return start_state(self.target, prompt_ids, max_new_tokens, sampling)
 
     @torch.inference_mode()
-    def _prefill(self, state: DecodeState, stats: GenerationStats | None = None) -> int:
+    def _prefill(self, state: DecodeState, stats: GenerationStats | None = None, plain: bool = False) -> int:
+        """The prefill; `plain`: the target's alone (a request that will never draft)."""
         start = now(self.device)
-        first = prefill(self.target, self.drafter, state, self.hidden_layers)
+        if plain:
+            first = prefill(self.target, None, state, None)
+        else:
+            first = prefill(self.target, self.drafter, state, self.hidden_layers)
         if stats is not None:
             stats.prefill_time_s = now(self.device) - start
         return first
+
+    @torch.inference_mode()
+    def _plain_step(self, state: DecodeState, remaining: int) -> StepResult:
+        """A step of a request that never drafts: the target alone, as vanilla decoding."""
+        return decode_step(self.target, None, state, None, None, remaining)
 
     @torch.inference_mode()
     def _step(self, state: DecodeState, remaining: int) -> StepResult:
@@ -284,7 +308,7 @@ def _check_controller(settings: ControllerSettings, costs: StepCosts | None, dra
     if costs is None:
         raise FrspecError("the controller decides from measured step costs: give costs (decode/step_costs.py)")
     vocab = drafter.vocab
-    full = getattr(vocab, "full_size", None)
+    full = vocab.full_size if isinstance(vocab, RankedVocab) else None
     if full is None:
         if settings.sizes != (vocab.size,):
             raise FrspecError(f"this drafter scores a fixed {vocab.size} rows; map sizes {list(settings.sizes)} "

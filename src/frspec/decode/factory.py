@@ -20,7 +20,56 @@ from frspec.models.eagle import EagleHead
 from frspec.models.eagle_loading import load_eagle_head
 from frspec.models.loading import check_same_vocab, vocab_size_of
 from frspec.models.mtp import MtpHead
+from frspec.vocab.ranked_vocab import RankedVocab
 from frspec.vocab.token_map import TokenMap
+
+
+def build_drafter(
+    target: torch.nn.Module,
+    draft: torch.nn.Module | None = None,
+    token_map: TokenMap | None = None,
+    tokenizer=None,
+    eagle: EagleHead | str | os.PathLike | None = None,
+    context_rows: int = 0,
+    context_budget: str = "fixed",
+    head_quant: str | None = None,
+    token_map_size: int | str | None = None,
+) -> Drafter | None:
+    """The drafter for `target`: None (vanilla), a draft model's (restricted to `token_map` when given), or an EAGLE
+    or MTP head's (a loaded head, or a directory / hub id to load one from; an MTP head, models/mtp.py
+    `load_mtp_head`, drafts through an MtpDrafter). Every check (vocabularies, map size, context rows) runs before
+    its DraftVocab copies any LM-head rows. `head_quant` quantizes a draft model's drafter head (full or FR-Spec
+    pruned) once its rows are selected; EAGLE heads stay float. `token_map_size`: "auto" ranks the head (one
+    rank-ordered copy serving every size, vocab/ranked_vocab.py), an integer takes the map's first N ids (the
+    head's whole size: no map). What build_generator, the bench and the tuner draft with."""
+    auto_size = bool(_check_map_size(token_map_size, token_map, draft, eagle))
+    context = dict(context_rows=context_rows, context_budget=context_budget)
+    if context_rows:
+        if draft is None and eagle is None:
+            raise FrspecError("context rows extend a drafter's token map: give a draft model or an EAGLE head")
+        if token_map is None:
+            raise FrspecError("a context-aware draft vocabulary extends a token map: give one (--token-map)")
+    if eagle is not None:
+        if draft is not None:
+            raise FrspecError("give a draft model or an EAGLE head, not both")
+        if token_map is not None:
+            check_token_map(token_map, vocab_size_of(target), "the target model", tokenizer)
+        head = eagle if isinstance(eagle, EagleHead) else load_eagle_head(eagle, target)
+        token_map, ranked = _static_or_ranked(token_map, token_map_size, auto_size, head.draft_vocab_size,
+                                              int(head.target_vocab_size))
+        # An MTP head (models/mtp.py) is drafted by the same loop; its own class names the method "mtp".
+        drafter_cls = MtpDrafter if isinstance(head, MtpHead) else EagleDrafter
+        num_layers = int(target.config.get_text_config(decoder=True).num_hidden_layers)
+        return drafter_cls(head, num_layers, token_map, **context, ranked=ranked)
+    if draft is None:
+        if token_map is not None:
+            raise FrspecError("a token map restricts a drafter's LM head: give a draft model too")
+        return None
+    vocab_size = check_same_vocab(target, draft)
+    if token_map is not None:
+        check_token_map(token_map, vocab_size, "the target model", tokenizer)
+    token_map, ranked = _static_or_ranked(token_map, token_map_size, auto_size, vocab_size, vocab_size)
+    return DraftModelDrafter(draft, token_map, **context, ranked=ranked, head_quant=head_quant)
 
 
 def build_generator(
@@ -35,15 +84,17 @@ def build_generator(
     context_budget: str = "fixed",
     token_map_size: int | str | None = None,
     costs: StepCosts | None = None,
+    draft_head_quant: str | None = None,
 ) -> SpeculativeGenerator:
     """A generator for the usual methods: vanilla (no draft), draft model, or draft model + FR-Spec token map;
-    or an EAGLE head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a map;
-    an MTP head (models/mtp.py `load_mtp_head`) is given as `eagle` too and drafts through an MtpDrafter.
+    or an EAGLE or MTP head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a
+    map; or a drafter built already (`build_drafter`), shared by several generators.
 
     `tree` drafts token trees (chain, static or dynamic, see TreeShape) instead of num_spec_tokens chains.
     `context_rows` > 0 makes the drafter's vocabulary context-aware (vocab/context_vocab.py): the map's rows plus
     up to that many rows for the request's prompt and accepted tokens, within the map's k rows
     (`context_budget="fixed"`) or added to them ("additive"); it needs a token map and a drafter built here.
+    `draft_head_quant` quantizes a draft model's drafter head (build_drafter's head_quant).
     Every check (depth, vocabularies, map size) runs before the drafter's DraftVocab copies any LM-head rows. Models
     and heads are shared, never modified: several generators may draft with one draft model or EAGLE head.
 
@@ -66,60 +117,39 @@ def build_generator(
     auto_size = _check_map_size(token_map_size, token_map, draft, eagle)
     if auto_size is None:
         auto_size = auto_length and token_map is not None and token_map_size is None and not context_rows
-    context = dict(context_rows=context_rows, context_budget=context_budget)
-    if context_rows:
-        if draft is None and eagle is None:
-            raise FrspecError("context rows extend a drafter's token map: give a draft model or an EAGLE head")
-        if isinstance(draft, Drafter):
+    fixed_size = None  # a size of a ranked drafter given by the caller, set at the start of every request
+    if isinstance(draft, Drafter):
+        if context_rows:
             raise FrspecError("give the context rows to the drafter itself, not to build_generator")
-        if token_map is None:
-            raise FrspecError("a context-aware draft vocabulary extends a token map: give one (--token-map)")
-    drafter = None
-    if eagle is not None:
-        if draft is not None:
+        if eagle is not None:
             raise FrspecError("give a draft model or an EAGLE head, not both")
-        if token_map is not None:
-            check_token_map(token_map, vocab_size_of(target), "the target model", tokenizer)
-        head = eagle if isinstance(eagle, EagleHead) else load_eagle_head(eagle, target)
-        token_map, ranked = _static_or_ranked(token_map, token_map_size, auto_size, head.draft_vocab_size,
-                                              int(head.target_vocab_size))
-        # An MTP head (models/mtp.py) is drafted by the same loop; its own class names the method "mtp".
-        drafter_cls = MtpDrafter if isinstance(head, MtpHead) else EagleDrafter
-        num_layers = int(target.config.get_text_config(decoder=True).num_hidden_layers)
-        drafter = drafter_cls(head, num_layers, token_map, **context, ranked=ranked)
-    elif draft is None:
-        if token_map is not None:
-            raise FrspecError("a token map restricts a drafter's LM head: give a draft model too")
-    elif isinstance(draft, Drafter):
         if token_map is not None:
             raise FrspecError("give the token map to the drafter itself, not to build_generator")
         drafter = draft
         if isinstance(token_map_size, int) and not isinstance(token_map_size, bool):
-            if not hasattr(drafter.vocab, "set_size"):
+            if not isinstance(drafter.vocab, RankedVocab):
                 raise FrspecError("a map size for a drafter built outside build_generator needs its head ranked")
-            drafter.vocab.set_size(token_map_size)
+            fixed_size = token_map_size  # set per request: generators sharing the drafter may use other sizes
     else:
-        vocab_size = check_same_vocab(target, draft)
-        if token_map is not None:
-            check_token_map(token_map, vocab_size, "the target model", tokenizer)
-        token_map, ranked = _static_or_ranked(token_map, token_map_size, auto_size, vocab_size, vocab_size)
-        drafter = DraftModelDrafter(draft, token_map, **context, ranked=ranked)
+        drafter = build_drafter(target, draft, token_map, tokenizer, eagle, context_rows, context_budget,
+                                draft_head_quant, "auto" if auto_size else token_map_size)
     # SpeculativeGenerator's chain when no tree and no controller gives the shape (with a tree it is unused).
     chain = num_spec_tokens if isinstance(num_spec_tokens, int) else 4
-    if drafter is None or not (auto_length or auto_size):
-        return SpeculativeGenerator(target, drafter, tokenizer, chain, tree)
+    if drafter is None or not (auto_length or auto_size) or (fixed_size is not None and not auto_length):
+        return SpeculativeGenerator(target, drafter, tokenizer, chain, tree, map_size=fixed_size)
     vocab = drafter.vocab
-    full = getattr(vocab, "full_size", None)
-    if auto_size and full is not None:
-        sizes = default_map_sizes(full, vocab.ranked_size)
+    if auto_size and isinstance(vocab, RankedVocab):
+        sizes = default_map_sizes(vocab.full_size, vocab.ranked_size)
     else:
-        sizes = (vocab.size,)
+        sizes = (vocab.size if fixed_size is None else fixed_size,)
     if auto_length:
         settings = ControllerSettings(sizes=sizes)
     elif tree is not None and tree.kind != "chain":
         settings = ControllerSettings(sizes=sizes, shape=tree, allow_plain=False)
     else:
         settings = ControllerSettings(sizes=sizes, depths=((tree.depth if tree is not None else num_spec_tokens),))
+    if isinstance(vocab, RankedVocab):
+        vocab.set_context_floor(settings.sizes[0])  # context rows for tokens beyond the smallest map only
     if costs is None:
         costs = cached_step_costs(target, drafter, settings.sizes, _max_rows(settings), settings.shape)
     return SpeculativeGenerator(target, drafter, tokenizer, chain, tree, controller=settings, costs=costs)

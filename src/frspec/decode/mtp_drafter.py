@@ -22,6 +22,8 @@ from frspec.vocab.token_map import TokenMap
 class MtpDrafter(EagleDrafter):
     """Drafts with an MTP head (models/mtp.py), optionally through an FR-Spec token map on the shared head."""
 
+    kind = "mtp"
+
     def __init__(self, head: MtpHead, num_target_layers: int, token_map: TokenMap | None = None,
                  context_rows: int = 0, context_budget: str = "fixed", ranked: bool = False):
         super().__init__(head, num_target_layers, token_map, context_rows, context_budget, ranked)

@@ -35,7 +35,7 @@ class GenerationStats:
     prefill_time_s: float = 0.0  # target and drafter prefill, and the first token
     target_time_s: float = 0.0  # decode forwards of the target
     draft_time_s: float = 0.0  # drafter time spent proposing
-    draft_lm_head_time_s: float = 0.0  # of which in its LM head (matmul and turning logits into a token)
+    draft_lm_head_time_s: float = 0.0  # of which in its LM head alone (docs/engine.md, Timings)
     wall_time_s: float = 0.0  # the whole request, prefill included
     # With the per-request controller (decode/controller.py): decode steps per chosen draft length ([0]: plain
     # steps) and speculative steps per chosen map size; empty without it.

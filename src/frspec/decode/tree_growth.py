@@ -157,4 +157,5 @@ def _sample_without_replacement(probs: torch.Tensor, n: int, generator: torch.Ge
 
 
 def _target_id(draft_idx: int, vocab: DraftVocab | None) -> int:
-    return int(draft_idx) if vocab is None or vocab.target_ids is None else int(vocab.target_ids[draft_idx])
+    """The target id of a draft index: the vocabulary's own mapping (no vocabulary: the index is the id)."""
+    return int(draft_idx) if vocab is None else int(vocab.to_target(draft_idx))

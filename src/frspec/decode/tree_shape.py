@@ -137,15 +137,12 @@ class TreeShape:
         return self if depth >= self.depth else TreeShape(depth, self.branching, self.budget)
 
     def __str__(self) -> str:
+        """The shape's text, which `TreeShape.parse` reads back: chain-4, static-3x2, dynamic-5x4x24."""
         if self.kind == "chain":
             return f"chain-{self.depth}"
         if self.kind == "static":
             return f"static-{self.depth}x{self.branching}"
         return f"dynamic-{self.depth}x{self.branching}x{self.budget}"
-
-    def describe(self) -> str:
-        """The shape's text (the same as `str(shape)`, which `TreeShape.parse` reads back)."""
-        return str(self)
 
 
 def shapes_text(shapes: Sequence[TreeShape]) -> str:

@@ -19,6 +19,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 from frspec.errors import FrspecError
 from frspec.models.cache import gguf_entry
 from frspec.models.defaults import DEFAULT_MODELS, prepare_default_models
+from frspec.models.mtp import builtin_config
 
 DTYPES = {
     "bf16": torch.bfloat16,
@@ -34,6 +35,13 @@ DTYPES = {
     "double": torch.float64,
 }
 HALF_DTYPES = (torch.float16, torch.bfloat16)
+# The short name of each model dtype: what commands accept (besides "auto") and reports print.
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """"bf16", "fp16", "fp32" or "fp64" (another dtype: its torch name)."""
+    return DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
 
 
 def parse_dtype(dtype: str | torch.dtype) -> torch.dtype | None:
@@ -135,7 +143,8 @@ def load_model(
 
 def _from_pretrained(spec, source: str, torch_dtype: torch.dtype | None, dev: torch.device) -> PreTrainedModel:
     try:
-        config = AutoConfig.from_pretrained(source)
+        # MiMo's config names remote code; its architecture is Qwen2's (models/mtp.py reads its MTP layers).
+        config = builtin_config(source) or AutoConfig.from_pretrained(source)
         if torch_dtype is None:
             torch_dtype = auto_dtype(config, dev)
         return AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, device_map=str(dev))

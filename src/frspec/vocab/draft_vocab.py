@@ -17,6 +17,8 @@ each with its own DraftVocab. Without a restriction the source weight is used as
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 
@@ -127,6 +129,23 @@ class DraftVocab(nn.Module):
         full = probs.new_zeros(*probs.shape[:-1], self.vocab_size)
         full[..., self.target_ids.to(probs.device)] = probs
         return full
+
+    # -- hooks a drafter calls; a static vocabulary has nothing to do (ContextVocab and RankedVocab override them) --
+
+    def begin_request(self, prompt_ids) -> None:
+        """A request starts with these prompt ids (a context-aware vocabulary takes them as rows)."""
+
+    def add_tokens(self, ids) -> None:
+        """Tokens the request accepted since (a context-aware vocabulary adds them as rows)."""
+
+    def quantize_head(self, quantize: Callable[[nn.Linear], nn.Module]) -> bool:
+        """Replace the kept rows' head by `quantize(head)` (a weight-only int4/int8 linear, models/quant.py), once
+        the rows are selected; True when it did. The head is this vocabulary's own copy (or, unrestricted, a new
+        module over the source weight), so the source head stays float."""
+        if not isinstance(self.head, nn.Linear):
+            return False  # already quantized
+        self.head = quantize(self.head)
+        return True
 
     def extra_repr(self) -> str:
         mapped = f", map k={self.token_map.k}" if self.token_map is not None else ""

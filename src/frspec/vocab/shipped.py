@@ -71,6 +71,35 @@ def resolve_name(name: str) -> str:
     raise FrspecError(f"no shipped counts for {name!r}; shipped: {', '.join(names)} (see `frspec vocab get --list`)")
 
 
+def shipped_for(identity: dict[str, Any]) -> str | None:
+    """The shipped counts made with the tokenizer of `identity` (`tokenizer_identity`: same vocabulary hash), or
+    None: what `frspec generate` ranks a drafter's head by when no map is given (issue 21's default)."""
+    wanted = identity.get("vocab_hash")
+    if not wanted:
+        return None
+    for name in shipped_names():
+        try:
+            if shipped_metadata(name).get("tokenizer", {}).get("vocab_hash") == wanted:
+                return name
+        except (FrspecError, KeyError, json.JSONDecodeError):
+            continue
+    return None
+
+
+def default_ranking(identity: dict[str, Any], vocab_size: int, top_k: int = 65536):
+    """A frequency ranking for a model whose tokenizer has shipped counts: the chat+code mix's top `top_k` ids
+    as a TokenMap (with counts: the controller's coverage prior), or None when nothing ships for it."""
+    from frspec.vocab.token_map import TokenMap
+
+    name = shipped_for(identity)
+    if name is None:
+        return None
+    counts = with_vocab_size(domain_counts(load_shipped(name), "mix"), vocab_size)
+    token_map = TokenMap.from_counts(counts, top_k=min(int(top_k), int(vocab_size)))
+    token_map.metadata["shipped"] = name
+    return token_map
+
+
 def _normal(name: str) -> str:
     return "".join(c for c in name.lower() if c.isalnum() or c == ".").replace(".", "")
 

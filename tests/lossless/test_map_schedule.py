@@ -1,0 +1,176 @@
+"""Losslessness does not depend on the map size or the draft length a step is drafted with: with a ranked head
+(vocab/ranked_vocab.py) the controller may change both at every step, and greedy fp32 output stays token for token
+the target's own, for a draft model and EAGLE heads, chains and trees.
+
+`k_every_step` replaces the engine's `choose` with a schedule that changes the map size at EVERY step (cycling
+through sizes, from the smallest map to the whole head) and, for chains, the draft length too (plain steps
+included); the engine then sets the size, drafts, verifies and observes exactly as under the real controller. The
+real controller itself runs too, on fake costs under which speculation pays (so it drafts).
+The sampling counterpart (a k schedule inside one request) is in test_engine_distribution.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from frspec.decode import engine as _engine
+from frspec.decode.controller import Plan, _record
+from frspec.decode.step_costs import StepCosts
+from frspec.vocab.token_map import TokenMap
+from tests.decode.eagle_tiny import mostly_bigram, oracle_eagle2_head, oracle_eagle3_head
+from tests.decode.spec_tiny import hf_greedy, noisy_copy, tiny_lm
+from tests.lossless.decode_adapter import TreeShape, build_generator
+
+VOCAB = 128
+PROMPTS = 12
+NEW = 24
+DEPTHS = (3, 1, 0, 2, 4, 1)
+
+# Fake costs under which drafting pays (a flat target curve, cheap drafts): the real controller speculates.
+FLAT = StepCosts({n: 1.0 + 0.01 * n for n in range(1, 10)}, {1: 0.01}, {16: {1: 0.001}, VOCAB: {1: 0.004}},
+                 full_size=VOCAB)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return mostly_bigram(tiny_lm("llama", VOCAB, hidden=32, layers=2, seed=0, dtype=torch.float32))
+
+
+@pytest.fixture(scope="module")
+def prompts_and_refs(target):
+    gen = torch.Generator().manual_seed(21)
+    prompts = [torch.randint(0, VOCAB, (int(n),), generator=gen).tolist()
+               for n in torch.randint(1, 13, (PROMPTS,), generator=gen)]
+    return prompts, [hf_greedy(target, p, NEW) for p in prompts]
+
+
+def _ranking() -> TokenMap:
+    # Half the vocabulary ranked (in a random order); the other half follows by id in the ranked head.
+    return TokenMap(torch.randperm(VOCAB, generator=torch.Generator().manual_seed(5))[: VOCAB // 2], VOCAB)
+
+
+def drafters(target) -> dict:
+    draft = noisy_copy(target, 0.05, seed=1)
+    e2, e3 = oracle_eagle2_head(target), oracle_eagle3_head(target, draft_ids=torch.arange(0, VOCAB, 2))
+    return {
+        "draft-chain": dict(draft=draft),
+        "draft-static": dict(draft=draft, tree=TreeShape.static(2, 2)),
+        "draft-dynamic": dict(draft=draft, tree=TreeShape.dynamic(3, 3, 8)),
+        "eagle2-chain": dict(eagle=e2),
+        "eagle2-static": dict(eagle=e2, tree=TreeShape.static(2, 2)),
+        "eagle3-d2t-chain": dict(eagle=e3),
+        "eagle3-d2t-dynamic": dict(eagle=e3, tree=TreeShape.dynamic(3, 3, 8)),
+    }
+
+
+@pytest.fixture
+def k_every_step(monkeypatch):
+    """Replace the controller's choice with a schedule changing the map size every step; returns the sizes used
+    per step, in order (checked against what the drafter's head really scored)."""
+    used: list[int] = []
+
+    def install(generator):
+        sizes = generator.controller.sizes
+        assert len(sizes) >= 3, sizes
+        cycle = itertools.count()
+        vocab = generator.drafter.vocab
+        real_set_size = vocab.set_size
+
+        def set_size(k):
+            used.append(int(k))
+            real_set_size(k)
+
+        monkeypatch.setattr(vocab, "set_size", set_size)
+
+        def schedule(state, costs, remaining=None):
+            i = next(cycle)
+            depths = [d for d in state.settings.depths if d] or [0]
+            depth = DEPTHS[i % len(DEPTHS)] if state.settings.shape is None else depths[0]
+            depth = min(depth, max((remaining or 1) - 1, 0))
+            # Never the same size twice in a row: each step's k differs from the previous step's.
+            return _record(state, Plan(depth, sizes[i % len(sizes)]))
+
+        monkeypatch.setattr(_engine, "choose", schedule)
+        return used
+
+    return install
+
+
+@pytest.mark.parametrize("name", ["draft-chain", "draft-static", "draft-dynamic", "eagle2-chain", "eagle2-static",
+                                  "eagle3-d2t-chain", "eagle3-d2t-dynamic"])
+def test_greedy_identity_with_k_changing_every_step(target, prompts_and_refs, k_every_step, name):
+    prompts, refs = prompts_and_refs
+    kwargs = drafters(target)[name]
+    generator = build_generator(target, token_map=_ranking(), token_map_size="auto", costs=FLAT, **kwargs)
+    used = k_every_step(generator)
+    accepted = 0
+    for prompt, ref in zip(prompts, refs):
+        out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+        assert out.token_ids == ref, f"{name} prompt={prompt}"
+        accepted += sum(out.stats.accepted_per_position)
+        assert len(out.stats.chosen_map_sizes) >= 2
+    assert accepted > 0, "no draft was ever accepted: the identity check would be vacuous"
+    assert len(used) > 2 * PROMPTS and all(a != b for a, b in zip(used, used[1:]))
+    sizes = generator.controller.sizes
+    assert {sizes[0], sizes[-1]} <= set(used)  # the smallest map and the whole head (no map) both drafted
+
+
+@pytest.mark.parametrize("name", ["draft-chain", "eagle3-d2t-chain", "draft-static"])
+def test_greedy_identity_under_the_real_controller(target, prompts_and_refs, name):
+    prompts, refs = prompts_and_refs
+    generator = build_generator(target, token_map=_ranking(), token_map_size="auto", costs=FLAT,
+                                **drafters(target)[name])
+    assert generator.controller is not None
+    chosen = set()
+    for prompt, ref in zip(prompts, refs):
+        out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+        assert out.token_ids == ref, f"{name} prompt={prompt}"
+        chosen |= set(out.stats.chosen_map_sizes)
+        assert sum(out.stats.chosen_depth_histogram[1:]) > 0  # it drafted
+    assert chosen
+
+
+# k + 1 rows cost k + 1 one-row forwards (the 2-core EPYC in bf16): no draft can pay.
+LINEAR = StepCosts({n: 1.0 * n for n in range(1, 10)}, {1: 0.01}, {16: {1: 0.001}, VOCAB: {1: 0.004}},
+                   full_size=VOCAB)
+
+
+@pytest.mark.parametrize("name", ["draft-chain", "eagle3-d2t-chain"])
+def test_where_no_draft_can_pay_requests_decode_plainly_without_touching_the_drafter(target, prompts_and_refs, name):
+    prompts, refs = prompts_and_refs
+    generator = build_generator(target, token_map=_ranking(), costs=LINEAR, **drafters(target)[name])
+    assert generator.plain_only
+    for prompt, ref in zip(prompts[:4], refs[:4]):
+        out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+        assert out.token_ids == ref
+        assert out.stats.chosen_depth_histogram == [out.stats.target_forwards]  # every step plain
+        assert out.stats.draft_steps == 0 and out.stats.draft_time_s == 0.0
+    assert generator.drafter.steps == 0
+    if name == "draft-chain":  # not even prefilled: its cache never saw the prompt
+        from frspec.decode.kv_cache import cache_length
+
+        assert cache_length(generator.drafter.cache) == 0
+
+
+@pytest.mark.parametrize("name", ["draft-chain", "draft-static", "eagle3-d2t-dynamic"])
+def test_greedy_identity_with_context_rows_on_a_ranked_head_and_k_changing_every_step(
+        target, prompts_and_refs, k_every_step, name):
+    """Context-aware rows (the request's own tokens) on top of the ranked head's first k rows, k changing at every
+    step: still token for token the target's greedy output."""
+    prompts, refs = prompts_and_refs
+    generator = build_generator(target, token_map=_ranking(), token_map_size="auto", costs=FLAT,
+                                context_rows=6, context_budget="additive", **drafters(target)[name])
+    vocab = generator.drafter.vocab
+    assert vocab.extra_rows == 6 and vocab.context_floor == generator.controller.sizes[0]
+    used = k_every_step(generator)
+    accepted, context = 0, 0
+    for prompt, ref in zip(prompts, refs):
+        out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+        assert out.token_ids == ref, f"{name} prompt={prompt}"
+        accepted += sum(out.stats.accepted_per_position)
+        context += vocab.n_ctx
+    assert accepted > 0 and context > 0, "drafts accepted and context rows taken: the check is not vacuous"
+    assert all(a != b for a, b in zip(used, used[1:]))
