@@ -1,6 +1,6 @@
 """The engine on a CUDA device (scripts/gpu_checks.sh runs these; without CUDA they skip): greedy identity against
-the target alone for every drafter and draft shape, the sampling tests' device paths, and the int4/int8 kernels'
-CUDA dispatch. Tiny models built in-process, fp32 (TF32 off) so greedy identity is exact on the device."""
+the target alone for every drafter (MTP included) and draft shape, the sampling tests' device paths, and the
+int4/int8 kernels' CUDA dispatch. Tiny models built in-process, fp32 (TF32 off) so greedy identity is exact on the device."""
 
 from __future__ import annotations
 
@@ -171,3 +171,38 @@ def test_speculative_output_equals_the_quantized_targets_own_on_cuda(quant):
             spec = build_generator(target, draft, tm, num_spec_tokens=3, draft_head_quant=quant)
             assert not isinstance(spec.drafter.vocab.head, torch.nn.Linear)  # the head was packed at construction
             assert spec.generate(input_ids=prompt, max_new_tokens=16, eos_token_ids=[]).token_ids == ref
+
+
+# -- MTP drafting on the device: each family's tiny checkpoint (tests/decode/mtp_tiny.py) ---------------------------
+
+MTP_VOCAB = 96
+MTP_PROMPT = [5, 9, 13, 2, 7, 40, 3]
+
+
+@pytest.fixture(scope="module")
+def mtp_checkpoints(tmp_path_factory):
+    from tests.decode.mtp_tiny import FAMILIES, save_mtp_checkpoint
+
+    root = tmp_path_factory.mktemp("mtp-cuda")
+    return {family: save_mtp_checkpoint(root / family, family, vocab=MTP_VOCAB) for family in FAMILIES}
+
+
+@pytest.mark.parametrize("shape", ["chain", "static", "dynamic"])
+@pytest.mark.parametrize("family", ["deepseek_v3", "glm4_moe", "qwen3_next", "qwen3_5", "mimo"])
+def test_mtp_greedy_identity_on_cuda(mtp_checkpoints, family, shape):
+    from frspec.decode.tree_shape import TreeShape
+    from frspec.models.mtp import load_mtp_head
+    from frspec.vocab.token_map import TokenMap
+    from tests.decode.mtp_tiny import load_target
+
+    target = load_target(mtp_checkpoints[family])
+    head = load_mtp_head(target, mtp_checkpoints[family])
+    target, head = target.to(DEV), head.to(DEV)
+    tree = {"chain": None, "static": TreeShape.static(3, 2), "dynamic": TreeShape.dynamic(3, 2, 6)}[shape]
+    reference = greedy_reference(target, MTP_PROMPT, 24)
+    token_map = TokenMap(list(range(0, MTP_VOCAB, 2)) + list(range(1, MTP_VOCAB // 2, 2)), MTP_VOCAB)
+    for tm in (None, token_map):
+        generator = build_generator(target, eagle=head, tree=tree, num_spec_tokens=4, token_map=tm)
+        out = generator.generate(input_ids=MTP_PROMPT, max_new_tokens=24, eos_token_ids=[])
+        assert out.token_ids == reference, (family, shape, tm is not None)
+        assert out.stats.accepted_per_position[0] > 0
