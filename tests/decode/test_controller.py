@@ -168,3 +168,7 @@ def test_speculation_can_pay_only_where_some_draft_beats_a_plain_step_at_best():
     assert not speculation_can_pay(ControllerSettings(sizes=SIZES), LINEAR)
     assert not speculation_can_pay(ControllerSettings(sizes=SIZES, depths=(0,)), FLAT)
     assert not speculation_can_pay(ControllerSettings(sizes=SIZES, shape=TreeShape.static(2, 2)), LINEAR)
+    # An explicit length or tree (no plain option): it drafts whatever the costs say.
+    assert speculation_can_pay(ControllerSettings(sizes=SIZES, depths=(3,)), LINEAR)
+    assert speculation_can_pay(ControllerSettings(sizes=SIZES, shape=TreeShape.static(2, 2), allow_plain=False),
+                               LINEAR)

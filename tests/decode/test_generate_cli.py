@@ -128,3 +128,19 @@ def test_generate_bad_map_size_is_one_line(model_dirs, capsys, extra, message):
                           + extra, capsys)
     last = err.strip().splitlines()[-1]  # (a size checked against the loaded map follows the loading's progress)
     assert code == 2 and last.startswith("frspec: error:") and message in last, err
+
+
+def test_generate_auto_size_with_context_rows(model_dirs, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path / "cache"))
+    base = ["generate", "--target", str(model_dirs / "target"), "--prompt", "hello there", "--max-new-tokens", "8",
+            "--dtype", "fp32", "--json", "--threads", "1"]
+    code, out, err = _run(base, capsys)
+    vanilla = json.loads(out)
+    drafted = base + ["--draft", str(model_dirs / "draft"), "--token-map", str(model_dirs / "map.frspec"),
+                      "--token-map-size", "auto", "--num-spec-tokens", "2", "--context-rows", "8"]
+    code, out, err = _run(drafted + ["--context-budget", "additive"], capsys)
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["token_ids"] == vanilla["token_ids"] and 0 < record["context"]["request_rows"] <= 8
+    code, out, err = _run(drafted, capsys)  # the default fixed budget needs a fixed size
+    assert code == 2 and "--context-budget additive" in err.strip().splitlines()[-1]

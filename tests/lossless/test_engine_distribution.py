@@ -81,20 +81,22 @@ def test_engine_samples_follow_the_target(target, reference, name):
 
 
 @pytest.mark.lossless_heavy
-@pytest.mark.parametrize("drafter", ["draft", "eagle3-d2t"])
+@pytest.mark.parametrize("drafter", ["draft", "eagle3-d2t", "draft+context"])
 def test_engine_samples_follow_the_target_with_k_changing_every_step(target, reference, monkeypatch, drafter):
     """A ranked head (vocab/ranked_vocab.py) whose map size changes at every step, from a 2-row map to the whole
     head, and whose draft length cycles 2, 1, 0 (a plain step): inside one request (x2, x3) are then drafted at
-    different sizes and lengths. Same power as above: N_E2E samples detect a TV of DETECTED_TV_E2E (power 0.9,
-    alpha 1e-3; asserted)."""
+    different sizes and lengths ("draft+context": with 6 context rows for the request's tokens on top). Same power
+    as above: N_E2E samples detect a TV of DETECTED_TV_E2E (power 0.9, alpha 1e-3; asserted)."""
     from frspec.decode import engine
     from frspec.decode.controller import Plan, _record
     from frspec.decode.step_costs import StepCosts
 
     ranking = TokenMap([0, 2, 3, 5, 6, 8, 9, 11, 12, 15], V)
     costs = StepCosts({n: 1.0 for n in range(1, 4)}, {1: 0.01}, {V: {1: 0.001}}, full_size=V)
-    kwargs = (dict(draft=noisy_copy(target, 0.3, seed=1)) if drafter == "draft" else
-              dict(eagle=oracle_eagle3_head(target, draft_ids=torch.arange(0, V, 2)[:7], noise=0.3)))
+    kwargs = (dict(eagle=oracle_eagle3_head(target, draft_ids=torch.arange(0, V, 2)[:7], noise=0.3))
+              if drafter == "eagle3-d2t" else dict(draft=noisy_copy(target, 0.3, seed=1)))
+    if drafter == "draft+context":
+        kwargs.update(context_rows=6, context_budget="additive")  # room for generated tokens too
     generator = build_generator(target, token_map=ranking, token_map_size="auto", costs=costs, **kwargs)
     sizes = generator.controller.sizes
     assert sizes[0] <= 2 and sizes[-1] == generator.drafter.vocab.full_size and len(sizes) >= 4

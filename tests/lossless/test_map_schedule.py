@@ -153,3 +153,24 @@ def test_where_no_draft_can_pay_requests_decode_plainly_without_touching_the_dra
         from frspec.decode.kv_cache import cache_length
 
         assert cache_length(generator.drafter.cache) == 0
+
+
+@pytest.mark.parametrize("name", ["draft-chain", "draft-static", "eagle3-d2t-dynamic"])
+def test_greedy_identity_with_context_rows_on_a_ranked_head_and_k_changing_every_step(
+        target, prompts_and_refs, k_every_step, name):
+    """Context-aware rows (the request's own tokens) on top of the ranked head's first k rows, k changing at every
+    step: still token for token the target's greedy output."""
+    prompts, refs = prompts_and_refs
+    generator = build_generator(target, token_map=_ranking(), token_map_size="auto", costs=FLAT,
+                                context_rows=6, context_budget="additive", **drafters(target)[name])
+    vocab = generator.drafter.vocab
+    assert vocab.extra_rows == 6 and vocab.context_floor == generator.controller.sizes[0]
+    used = k_every_step(generator)
+    accepted, context = 0, 0
+    for prompt, ref in zip(prompts, refs):
+        out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+        assert out.token_ids == ref, f"{name} prompt={prompt}"
+        accepted += sum(out.stats.accepted_per_position)
+        context += vocab.n_ctx
+    assert accepted > 0 and context > 0, "drafts accepted and context rows taken: the check is not vacuous"
+    assert all(a != b for a, b in zip(used, used[1:]))

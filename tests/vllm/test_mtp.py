@@ -12,7 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from vllm import SamplingParams
-from tests.vllm.vllm_tiny import MAP_IDS, PROMPTS, VOCAB, Recorder, frspec_head, hf_greedy, model_runner, start_llm, stop_llm
+from tests.vllm.vllm_tiny import (
+    MAP_IDS, PROMPTS, VOCAB, Recorder, frspec_head, hf_greedy, model_runner, start_llm, stop_llm,
+)
 
 from frspec.vllm_plugin.pruned_logits import pruned_logits_of
 

@@ -1,6 +1,7 @@
 """vLLM's OpenAI-compatible server with FR-Spec, started with `frspec serve` as users run it: vLLM's own processes (API server, engine core, worker) each load the
 plugin from the environment; an OpenAI client talks to it on 127.0.0.1, with and without streaming."""
 
+import contextlib
 import json
 import os
 import socket
@@ -23,15 +24,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(tiny):
+@contextlib.contextmanager
+def serving(tiny, target: str, spec: dict, log_name: str):
+    """`frspec serve` with the tiny map for `target` and `spec`; yields (base URL, log path); stops it after."""
     port = _free_port()
-    log = Path(tiny.root) / "serve.log"
-    spec = {"method": "draft_model", "model": tiny.draft, "num_speculative_tokens": 3}
+    log = Path(tiny.root) / log_name
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_ENABLE_V1_MULTIPROCESSING", "FRSPEC_TOKEN_MAP")}
     # `frspec serve` sets FRSPEC_TOKEN_MAP and becomes vLLM's server (same process: the group is killed below).
     cmd = [str(Path(sys.executable).parent / "frspec"), "serve", "--token-map", tiny.token_map, "--",
-           "--model", tiny.target, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager",
+           "--model", target, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager",
            "--max-model-len", "256", "--seed", "0", "--speculative-config", json.dumps(spec)]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -57,6 +58,13 @@ def server(tiny):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(tiny):
+    spec = {"method": "draft_model", "model": tiny.draft, "num_speculative_tokens": 3}
+    with serving(tiny, tiny.target, spec, "serve.log") as served:
+        yield served
 
 
 def _client(url):
@@ -92,3 +100,17 @@ def test_streaming_chat_matches_the_unstreamed_reply(server, tiny):
     pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **args)
               if c.choices]
     assert len(pieces) > 1 and "".join(pieces) == whole
+
+
+def test_mtp_served_as_the_docs_show(tiny):
+    """docs/vllm.md's MTP example: `frspec serve --token-map MAP -- --model MIMO --speculative-config
+    '{"method": "mtp", ...}'` (a tiny MiMo checkpoint): every worker confirms the pruned head, and completions equal
+    the target's greedy output."""
+    spec = {"method": "mtp", "num_speculative_tokens": 3}
+    with serving(tiny, tiny.mimo_target, spec, "serve-mtp.log") as (url, log):
+        client = _client(url)
+        for prompt, expected in zip(PROMPTS[:2], hf_greedy(tiny.mimo_target, PROMPTS[:2], NEW_TOKENS)):
+            out = client.completions.create(model=tiny.mimo_target, prompt=prompt, max_tokens=NEW_TOKENS,
+                                            temperature=0, extra_body={"ignore_eos": True, "return_token_ids": True})
+            assert out.choices[0].token_ids == expected
+        assert "FR-Spec confirmed before serving: runner V1, drafter EagleProposer (MiMoMTP)" in log.read_text()

@@ -34,7 +34,8 @@ def test_every_symbol_present_passes():
 
 
 @pytest.mark.parametrize("symbol, missing", [
-    (Symbol("vllm.fake.runner", "Runner.propose_draft_token_ids", "hook"), "vllm.fake.runner:Runner.propose_draft_token_ids"),
+    (Symbol("vllm.fake.runner", "Runner.propose_draft_token_ids", "hook"),
+     "vllm.fake.runner:Runner.propose_draft_token_ids"),
     (Symbol("vllm.fake.moved", "Runner", "read"), "vllm.fake.moved:Runner"),
     (Symbol("vllm.fake.runner", "Runner", "read", attrs=("speculator", "drafter")), "vllm.fake.runner:Runner.drafter"),
 ])

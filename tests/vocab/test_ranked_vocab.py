@@ -118,3 +118,38 @@ def test_shipped_counts_rank_a_head_when_no_map_is_given():
     cover = [ranked.coverage(k) for k in (4096, 16384, 65536, 151936)]
     assert 0.5 < cover[0] < cover[1] < cover[2] <= cover[3] == pytest.approx(1.0)
     assert default_ranking({"vocab_hash": "none"}, 151936) is None
+
+
+def test_context_rows_on_top_of_a_ranked_head():
+    w, b = _head()
+    ranked = RankedVocab.build(w, list(range(50)), b, extra_rows=3)  # rank == id
+    ranked.set_context_floor(8)
+    ranked.begin_request(torch.tensor([[2, 30, 30, 41, 45, 47]]))  # 2 ranks below the floor; 30 twice: first
+    assert ranked.n_ctx == 3 and ranked.ctx_ids[:3].tolist()[0] == 30 and ranked.dropped_tokens == 1
+    held = ranked.ctx_ids[:3].tolist()
+    ranked.set_size(16)
+    assert ranked.size == 19 and ranked.map_size == 16
+    h = torch.randn(2, 8)
+    logits = ranked.logits(h)
+    full = h @ w.T + b
+    torch.testing.assert_close(logits[:, :16], full[:, :16])
+    torch.testing.assert_close(logits[:, 16:], full[:, held])
+    assert ranked.to_target(torch.tensor([0, 16, 18])).tolist() == [0, held[0], held[2]]
+    assert ranked.target_ids.tolist() == list(range(16)) + held
+    q = torch.softmax(logits, -1)
+    torch.testing.assert_close(ranked.to_full(q)[:, held], q[:, 16:])
+    assert ranked.ranks([30, 2, 20]).tolist() == [0, 2, 20]  # a context row is scored at every size
+    # At a size holding a context token already, its context row scores -inf: distinct tokens, probability 0 there.
+    ranked.set_size(42)
+    logits = ranked.logits(h)
+    assert logits.shape[-1] == 45 and torch.isinf(logits[:, 42:][:, [held.index(30), held.index(41)]]).all()
+    q = torch.softmax(logits, -1)
+    full_q = ranked.to_full(q)
+    torch.testing.assert_close(full_q.sum(-1), torch.ones(2))
+    torch.testing.assert_close(full_q[:, 30], q[:, 30])
+    ranked.add_tokens(torch.tensor([49]))  # no free row
+    assert ranked.n_ctx == 3 and ranked.dropped_tokens == 2
+    ranked.begin_request(torch.tensor([[12]]))  # a new request drops the previous one's rows
+    assert ranked.n_ctx == 1 and ranked.ranks([30]).tolist() == [30]
+    ranked = ranked.to(torch.float64)
+    assert ranked.logits(h.double()).shape[-1] == 43

@@ -134,9 +134,6 @@ def run_generate(args: argparse.Namespace) -> int:
     token_map_size = _token_map_size(args)
     if token_map_size is not None and not args.token_map:
         raise FrspecError("--token-map-size takes the first N ids of a token map: give --token-map too")
-    if token_map_size is not None and args.context_rows:
-        if token_map_size == "auto":
-            raise FrspecError("--context-rows extends one static map: give a number as --token-map-size")
     chain = DEFAULT_NUM_SPEC_TOKENS if num_spec_tokens is None else num_spec_tokens
     tree = TreeShape.from_options(chain, args.tree_depth, args.tree_branching, args.tree_budget)
     if args.tree_depth is not None and not drafting:

@@ -183,6 +183,8 @@ def speculation_can_pay(settings: ControllerSettings, costs: StepCosts) -> bool:
     the drafter."""
     if settings.max_depth == 0:
         return False
+    if 0 not in settings.depths:
+        return True  # plain decoding is not an option here (an explicit length or tree): draft anyway
     plain = 1.0 / costs.step_time_s(None)
     return any((d + 1) / costs.step_time_s(_shape(settings, d), k) > plain
                for d in settings.depths if d for k in settings.sizes)

@@ -111,8 +111,8 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
 
     vocab_size = int(target.config.vocab_size)
     prompt = torch.randint(0, vocab_size, (context,), generator=torch.Generator().manual_seed(0)).tolist()
-    before = vocab.size
     full = vocab.full_size if isinstance(vocab, RankedVocab) else None
+    before = vocab.map_size if full is not None else vocab.size
     if full is not None:
         vocab.set_size(max(sizes))
     try:
@@ -141,11 +141,17 @@ def _engine_run(generator: SpeculativeGenerator, prompt: list[int], new_tokens: 
 def _head_costs(vocab, k: int, widths: Sequence[int], repeats: int = 5, warmup: int = 2) -> dict[int, float]:
     """Median seconds of the drafter's head over its first k rows and picking its choices, per width."""
     ranked = isinstance(vocab, RankedVocab)
-    weight = vocab.weight_all if ranked else vocab.head.weight
+    # The hidden states' width, dtype and device: a float head's weight, or a quantized (packed) head's own
+    # in_features with the dtype of its float tensors (activations stay float, models/quant.py).
+    head = vocab.head
+    floats = [t for t in list(head.parameters()) + list(head.buffers()) if t.is_floating_point()]
+    width = int(getattr(head, "in_features", 0) or vocab.weight_all.shape[1] if ranked else head.in_features)
+    dtype = floats[0].dtype if floats else torch.float32
+    device = floats[0].device if floats else torch.device("cpu")
     gen = torch.Generator().manual_seed(0)
     out = {}
     for n in widths:
-        hidden = torch.randn(n, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
+        hidden = torch.randn(n, width, generator=gen).to(device, dtype)
         times = []
         for i in range(warmup + repeats):
             start = time.perf_counter()

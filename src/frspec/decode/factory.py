@@ -148,6 +148,8 @@ def build_generator(
         settings = ControllerSettings(sizes=sizes, shape=tree, allow_plain=False)
     else:
         settings = ControllerSettings(sizes=sizes, depths=((tree.depth if tree is not None else num_spec_tokens),))
+    if isinstance(vocab, RankedVocab):
+        vocab.set_context_floor(settings.sizes[0])  # context rows for tokens beyond the smallest map only
     if costs is None:
         costs = cached_step_costs(target, drafter, settings.sizes, _max_rows(settings), settings.shape)
     return SpeculativeGenerator(target, drafter, tokenizer, chain, tree, controller=settings, costs=costs)

@@ -20,6 +20,7 @@ from frspec.vllm_plugin.drafter_head import DrafterHead, build_drafter_head, vll
 from frspec.vllm_plugin.pruned_logits import attach_pruned_logits
 from frspec.vllm_plugin.settings import context_setting, load_configured_map, token_map_path
 
+
 def head_for(model: Any, lm_head: Any, processor: Any) -> DrafterHead:
     """The FR-Spec head for one LM head of a loaded vLLM draft model (the head its `processor` is called with) and
     the configured map (context-aware when FRSPEC_CONTEXT_ROWS is set)."""

@@ -17,6 +17,7 @@ import torch
 
 from frspec.errors import FrspecError
 from frspec.vllm_plugin import internals
+from frspec.vllm_plugin.batch_context import BatchContextRows
 from frspec.vllm_plugin.compact_path import use_compact_path
 from frspec.vllm_plugin.pruned_logits import pruned_logits_of
 from frspec.vllm_plugin.settings import context_setting, token_map_path
@@ -90,8 +91,6 @@ def confirm_pruned_head(runner: Any, runner_kind: str) -> None:
             raise refusal(runner_kind, drafter, model, "its logits are finite outside the token map")
     heads = [h for p in processors for h in p.heads.values()]
     if context_setting() is not None:
-        from frspec.vllm_plugin.batch_context import BatchContextRows
-
         if len(heads) != 1:
             raise refusal(runner_kind, drafter, model, f"context-aware rows need one LM head, it has {len(heads)}")
         drafter.frspec_context = BatchContextRows(heads[0].vocab)  # updated by the runner hook between steps

@@ -332,11 +332,12 @@ def build_draft_vocab(
     with `ranked` a `RankedVocab` (vocab/ranked_vocab.py): the whole head in the map's rank order, whose size is
     chosen per step. The one place every drafter (draft model, EAGLE head) makes this choice."""
     if ranked:
-        if context_rows:
-            raise FrspecError("context rows extend one static map: give a fixed map size with --context-rows")
         if token_map is None:
             raise FrspecError("a ranked head needs a frequency ranking: give a token map")
-        return RankedVocab.build(weight, token_map, bias, head_to_target, vocab_size)
+        if context_rows and context_budget != "additive":
+            raise FrspecError("context rows on a ranked head (map size auto) come on top of its k rows: give "
+                              "--context-budget additive (a fixed budget needs a fixed map size)")
+        return RankedVocab.build(weight, token_map, bias, head_to_target, vocab_size, extra_rows=context_rows)
     if context_rows:
         return ContextVocab.build(weight, bias, token_map, head_to_target, vocab_size, extra_rows=context_rows,
                                   budget=context_budget)

@@ -14,6 +14,12 @@ target id, so that k = full_size is the whole head); the source head is never mo
 t's row (full_size for ids the head cannot score, e.g. outside an EAGLE-3 head's d2t vocabulary): a verifier that
 sees the target's token knows at once whether a map of any size held it.
 
+Context-aware rows on top (additive, `extra_rows`): besides the first k rows, up to `extra_rows` rows for the
+request's own tokens (`begin_request` takes the prompt's, `add_tokens` the accepted ones) that rank beyond the
+smallest size the controller may choose (`set_context_floor`). They are rows of the same ranked matrix, copied
+into a small matrix of their own; at a size k a request row whose token is already among the first k scores -inf
+(probability 0, never drafted), so every (k, request rows) is still a valid proposal over distinct tokens.
+
 The ranking is a frequency order: a TokenMap (its ids in order: any saved map of any size ranks its ids first),
 TokenCounts (ids by descending count, `rank_by_count`), or a plain sequence of ids, most frequent first. Between a
 proposal and its verification the size must not change; the engine sets it before proposing.
@@ -40,7 +46,8 @@ class RankedVocab(DraftVocab):
     module docstring). It is a DraftVocab in every respect the drafters use, always describing the first k rows."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, vocab_size: int, rows: torch.Tensor,
-                 target_ids: torch.Tensor, ranked: int, token_map: TokenMap, coverage_prior: torch.Tensor | None):
+                 target_ids: torch.Tensor, ranked: int, token_map: TokenMap, coverage_prior: torch.Tensor | None,
+                 extra_rows: int = 0):
         """Prefer `RankedVocab.build`. `rows`/`target_ids`: the source row and target id of each rank."""
         super().__init__(weight, vocab_size, rows=rows, target_ids=target_ids, bias=bias, token_map=token_map)
         n = int(target_ids.numel())
@@ -58,6 +65,21 @@ class RankedVocab(DraftVocab):
         # Share of the ranking corpus's tokens the first k rows cover, per k (None without counts): a prior for
         # what a map of each size will cover on a request.
         self.coverage_prior = coverage_prior
+        # Context rows (module docstring): their weights, target ids and ranks; which target ids they hold.
+        if isinstance(extra_rows, bool) or int(extra_rows) != extra_rows or int(extra_rows) < 0:
+            raise FrspecError(f"context rows must be a non-negative integer, got {extra_rows}")
+        self.extra_rows = int(extra_rows)
+        self.register_buffer("ctx_weight", self.weight_all.new_zeros(self.extra_rows, self.weight_all.shape[1]),
+                             persistent=False)
+        self.register_buffer("ctx_bias", None if self.bias_all is None else self.bias_all.new_zeros(self.extra_rows),
+                             persistent=False)
+        self.register_buffer("ctx_ids", torch.full((self.extra_rows,), -1, dtype=torch.long,
+                                                   device=self.weight_all.device), persistent=False)
+        self.ctx_ranks = torch.full((self.extra_rows,), n, dtype=torch.long)
+        self.n_ctx = 0
+        self.dropped_tokens = 0
+        self.context_floor = 0
+        self._in_ctx = torch.zeros(self.vocab_size, dtype=torch.bool)
         self._k = n
         self._activate()
 
@@ -70,9 +92,11 @@ class RankedVocab(DraftVocab):
         head_to_target: torch.Tensor | None = None,
         vocab_size: int | None = None,
         size: int | None = None,
+        extra_rows: int = 0,
     ) -> RankedVocab:
         """The ranked head of an LM head `weight` [rows, hidden] (+ `bias`), ordered by `ranking`, active size
-        `size` (default: the whole head). `head_to_target` and `vocab_size` are as for `DraftVocab.build`."""
+        `size` (default: the whole head). `head_to_target` and `vocab_size` are as for `DraftVocab.build`;
+        `extra_rows`: context-aware rows for the request's own tokens (module docstring)."""
         n_rows = int(weight.shape[0])
         # The plain vocabulary (no copy) validates head_to_target and the sizes exactly as DraftVocab does.
         if vocab_size is None and isinstance(ranking, (TokenMap, TokenCounts)):
@@ -102,7 +126,7 @@ class RankedVocab(DraftVocab):
             token_map = TokenMap(ranked, vocab_size, {"source": "ranking"})
         device = weight.device
         vocab = cls(weight, bias, vocab_size, row_of[target_ids].to(device), target_ids.to(device),
-                    int(ranked.numel()), token_map, prior)
+                    int(ranked.numel()), token_map, prior, extra_rows)
         if size is not None:
             vocab.set_size(size)
         return vocab
@@ -111,6 +135,12 @@ class RankedVocab(DraftVocab):
 
     @property
     def size(self) -> int:
+        """Rows scored per draft step: the first k, plus the request's context rows."""
+        return self._k + self.n_ctx
+
+    @property
+    def map_size(self) -> int:
+        """k: the active map size (the first k ranked rows)."""
         return self._k
 
     @property
@@ -130,28 +160,98 @@ class RankedVocab(DraftVocab):
         return None if self.coverage_prior is None else float(self.coverage_prior[int(k) - 1])
 
     def logits(self, hidden: torch.Tensor, k: int | None = None) -> torch.Tensor:
-        """Scores [..., k] over the first k rows (default: the active size) for hidden states [..., hidden]."""
+        """Scores over the first k rows (default: the active size) for hidden states [..., hidden], then over the
+        request's context rows (those whose token is among the first k: -inf)."""
         if k is None:
-            return self.head(hidden)
-        if isinstance(k, bool) or int(k) != k or not 1 <= int(k) <= self.full_size:
-            raise FrspecError(f"a map size must be an integer in [1, {self.full_size}] for this head, got {k!r}")
-        k = int(k)
-        return F.linear(hidden, self.weight_all[:k], None if self.bias_all is None else self.bias_all[:k])
+            k, main = self._k, self.head(hidden)
+        else:
+            if isinstance(k, bool) or int(k) != k or not 1 <= int(k) <= self.full_size:
+                raise FrspecError(f"a map size must be an integer in [1, {self.full_size}] for this head, got {k!r}")
+            k = int(k)
+            main = F.linear(hidden, self.weight_all[:k], None if self.bias_all is None else self.bias_all[:k])
+        if not self.n_ctx:
+            return main
+        n = self.n_ctx
+        ctx = F.linear(hidden, self.ctx_weight[:n], None if self.ctx_bias is None else self.ctx_bias[:n])
+        held = (self.ctx_ranks[:n] < k).to(ctx.device)
+        if bool(held.any()):
+            ctx = ctx.masked_fill(held, float("-inf"))
+        return torch.cat([main, ctx], dim=-1)
 
     forward = logits
 
     def to_target(self, draft_idx: torch.Tensor) -> torch.Tensor:
-        return self.target_ids_all[draft_idx]
+        return (self.target_ids if self.n_ctx else self.target_ids_all)[draft_idx]
 
     def to_full(self, probs: torch.Tensor) -> torch.Tensor:
-        k = int(probs.shape[-1])
+        width = int(probs.shape[-1])
         full = probs.new_zeros(*probs.shape[:-1], self.vocab_size)
-        full[..., self.target_ids_all[:k].to(probs.device)] = probs
+        if self.n_ctx and width == self.size:
+            # A context row whose token is also among the first k has probability 0: add, do not overwrite.
+            return full.index_add_(-1, self.target_ids.to(probs.device), probs)
+        full[..., self.target_ids_all[:width].to(probs.device)] = probs
         return full
 
     def ranks(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
-        """The row (rank) of each target id; full_size for ids the head cannot score."""
-        return self.rank_of[torch.as_tensor(token_ids, dtype=torch.long).cpu()]
+        """The row (rank) of each target id; full_size for ids the head cannot score; 0 for the request's context
+        rows (scored at every size)."""
+        ids = torch.as_tensor(token_ids, dtype=torch.long).cpu()
+        ranks = self.rank_of[ids]
+        if self.n_ctx:
+            ranks = torch.where(self._in_ctx[ids], torch.zeros_like(ranks), ranks)
+        return ranks
+
+    # -- context rows ----------------------------------------------------------------------------------------------
+
+    @property
+    def context_rows(self) -> int:
+        """How many rows hold the request's own tokens now (as ContextVocab.context_rows)."""
+        return self.n_ctx
+
+    def set_context_floor(self, k: int) -> None:
+        """Context rows only for tokens ranked at or beyond `k` (the smallest size ever chosen: ranks below it are
+        always among the first k rows already)."""
+        self.context_floor = max(int(k), 0)
+
+    def begin_request(self, prompt_ids) -> None:
+        """A request starts: its context rows are the prompt's tokens (the previous request's are dropped)."""
+        if not self.extra_rows:
+            return
+        self._in_ctx[self.ctx_ids[: self.n_ctx].cpu()] = False
+        self.n_ctx = 0
+        self.dropped_tokens = 0
+        self.add_tokens(prompt_ids)
+
+    def add_tokens(self, ids) -> None:
+        """Take the request's tokens (accepted since the last proposal) into free context rows: distinct, ranked
+        at or beyond the floor, the head can score them, not there yet; the more frequent in `ids` first."""
+        if not self.extra_rows:
+            return
+        ids = torch.as_tensor(ids, dtype=torch.long).flatten().cpu()
+        if ids.numel() == 0:
+            return
+        uniq, counts = torch.unique(ids, return_counts=True)
+        ranks = self.rank_of[uniq]
+        new = (ranks >= self.context_floor) & (ranks < self.full_size) & ~self._in_ctx[uniq]
+        uniq, counts, ranks = uniq[new], counts[new], ranks[new]
+        order = torch.argsort(counts, descending=True, stable=True)
+        free = self.extra_rows - self.n_ctx
+        taken, ranks = uniq[order[:free]], ranks[order[:free]]
+        self.dropped_tokens += int(uniq.numel() - taken.numel())
+        m = int(taken.numel())
+        if m == 0:
+            return
+        start = self.n_ctx
+        with torch.no_grad():
+            rows = ranks.to(self.weight_all.device)
+            self.ctx_weight[start: start + m].copy_(self.weight_all.index_select(0, rows))
+            if self.ctx_bias is not None:
+                self.ctx_bias[start: start + m].copy_(self.bias_all.index_select(0, rows))
+        self.ctx_ids[start: start + m] = taken.to(self.ctx_ids.device)
+        self.ctx_ranks[start: start + m] = ranks
+        self._in_ctx[taken] = True
+        self.n_ctx += m
+        self._activate()
 
     def quantize_head(self, quantize) -> bool:
         """Refused: a packed (int4/int8) head has one row count, while a ranked head's changes per step."""
@@ -166,6 +266,10 @@ class RankedVocab(DraftVocab):
         self.head.out_features = k
         self.target_ids = self.target_ids_all[:k]
         self.rows = self.rows_all[:k]
+        if getattr(self, "n_ctx", 0):
+            n = self.n_ctx
+            self.target_ids = torch.cat([self.target_ids, self.ctx_ids[:n]])
+            self.rows = torch.cat([self.rows, self.rows_all[self.ctx_ranks[:n].to(self.rows_all.device)]])
 
     def _apply(self, fn, recurse=True):
         # `.to()`/`.half()` convert parameters and buffers one by one; the views must point into the new matrix.
@@ -174,7 +278,9 @@ class RankedVocab(DraftVocab):
         return self
 
     def extra_repr(self) -> str:
-        return f"rows={self._k} of {self.full_size} (ranked {self.ranked_size}), vocab_size={self.vocab_size}"
+        context = f", context rows {self.n_ctx} of {self.extra_rows}" if self.extra_rows else ""
+        return (f"rows={self._k} of {self.full_size} (ranked {self.ranked_size}), vocab_size={self.vocab_size}"
+                f"{context}")
 
 
 def _order(ranking: Ranking, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor | None, TokenMap | None]:
