@@ -123,8 +123,10 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.target is None:
         raise FrspecError("give --target (or --config FILE)")
     # No --num-spec-tokens (nor a config's shape): the controller chooses the length per step.
-    if sum(map(bool, (args.draft, args.eagle, args.mtp))) > 1:
-        raise FrspecError("give one of --draft, --eagle and --mtp")
+    if args.draft and args.eagle:
+        raise FrspecError("give --draft or --eagle, not both")
+    if args.mtp and (args.draft or args.eagle):
+        raise FrspecError("--mtp drafts with the target's own MTP layers: give it without --draft or --eagle")
     drafting = bool(args.draft or args.eagle or args.mtp)
     if args.token_map and not drafting:
         raise FrspecError("--token-map restricts a draft model's LM head: give --draft (or --eagle, --mtp) too")

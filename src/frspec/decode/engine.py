@@ -255,6 +255,7 @@ class SpeculativeGenerator:
         """Choose this step's length and map size, take the step, show the controller what happened."""
         plan = choose(control, self.costs, remaining)
         vocab = self.drafter.vocab
+        # Only a ranked head serves several map sizes; a plain DraftVocab (no map, or a static one) has one.
         if plan.depth and isinstance(vocab, RankedVocab) and vocab.map_size != plan.size:
             vocab.set_size(plan.size)  # before proposing: the proposal is drafted and verified over these rows
         shape = None if plan.depth == 0 else (self.controller.shape or TreeShape.chain(plan.depth))

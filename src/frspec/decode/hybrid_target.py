@@ -16,8 +16,8 @@ accepted path's last node (`keep_hybrid_path`) and the attention layers keep the
 accepted path's state is restored without a second target forward. A chain is the tree of width 1.
 
 Cost per step, for T verified nodes: memory T x (recurrent state + conv window) per linear layer, kept until the
-verdict (Qwen3.5-27B: 48 linear layers x 48 value heads x 128 x 128 fp32 = 151 MB per node; the conv window,
-10,240 channels x 4, adds 7.9 MB per node), and time T sequential single-token recurrence steps per linear layer,
+verdict (Qwen3.5-27B: 48 linear layers x 48 value heads x 128 x 128 fp32 = 144 MiB per node; the bf16 conv
+windows, 10,240 channels x 4, add 3.75 MiB), and time T sequential single-token recurrence steps per linear layer,
 which is how the target alone decodes them too (no chunked kernel over the tree). The forward of each Gated
 DeltaNet module is replaced for the duration of one verification forward only (`per_node_linear_attention`).
 """
