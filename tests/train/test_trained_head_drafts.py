@@ -1,6 +1,5 @@
 """A head written by the trainer drafts through the engine, and greedy decoding stays exactly the target's."""
 
-import pytest
 import torch
 
 from frspec.decode import factory as engine

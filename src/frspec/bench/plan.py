@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from frspec.bench.eagle_heads import DEFAULT_EAGLE_TARGET
 from frspec.bench.methods import Method, add_context_methods, plan_methods

@@ -27,6 +27,7 @@ from frspec.errors import FrspecError
 # Read by frspec.vllm_plugin in each vLLM process (named there too; bench sits beside the plugin, not above it).
 TOKEN_MAP_ENV = "FRSPEC_TOKEN_MAP"
 VLLM_DTYPES = ("auto", "bf16", "fp16", "fp32")  # names as models/loading.py reads them; auto is bf16 here
+SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens")
 
 
 def vllm_dtype(name: str) -> str:
