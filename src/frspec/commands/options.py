@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from frspec.models.loading import DTYPE_NAMES
+from frspec.models.dtypes import DTYPE_NAMES
 from frspec.models.quant import parse_quant
 
 # Model dtypes a command accepts (frspec.models.loading.parse_dtype reads them); "auto" is decided per model and
