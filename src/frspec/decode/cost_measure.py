@@ -107,7 +107,9 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
     target_costs = measure_row_costs(target, rows, context=context, repeats=2, warmup=1)
     vocab = drafter.vocab
     widths = sorted({1, *(draft_forward_widths(shape) if shape is not None else [])})
-    head_costs = {int(k): _head_costs(vocab, int(k), widths) for k in sizes}
+    # Hidden states like the drafter's own (its embeddings stay float when its head is int4/int8).
+    like = next(drafter.weights.parameters())
+    head_costs = {int(k): _head_costs(vocab, int(k), widths, like) for k in sizes}
 
     vocab_size = int(target.config.vocab_size)
     prompt = torch.randint(0, vocab_size, (context,), generator=torch.Generator().manual_seed(0)).tolist()
@@ -138,20 +140,16 @@ def _engine_run(generator: SpeculativeGenerator, prompt: list[int], new_tokens: 
                               sampling=SamplingParams()).stats
 
 
-def _head_costs(vocab, k: int, widths: Sequence[int], repeats: int = 5, warmup: int = 2) -> dict[int, float]:
-    """Median seconds of the drafter's head over its first k rows and picking its choices, per width."""
+def _head_costs(vocab, k: int, widths: Sequence[int], like: torch.Tensor, repeats: int = 5, warmup: int = 2
+                ) -> dict[int, float]:
+    """Median seconds of the drafter's head over its first k rows and picking its choices, per width; hidden states
+    in `like`'s dtype and device. The head may be quantized (int4/int8 keep no float `weight`): only its input size
+    is read."""
     ranked = isinstance(vocab, RankedVocab)
-    # The hidden states' width, dtype and device: a float head's weight, or a quantized (packed) head's own
-    # in_features with the dtype of its float tensors (activations stay float, models/quant.py).
-    head = vocab.head
-    floats = [t for t in list(head.parameters()) + list(head.buffers()) if t.is_floating_point()]
-    width = int(getattr(head, "in_features", 0) or vocab.weight_all.shape[1] if ranked else head.in_features)
-    dtype = floats[0].dtype if floats else torch.float32
-    device = floats[0].device if floats else torch.device("cpu")
     gen = torch.Generator().manual_seed(0)
     out = {}
     for n in widths:
-        hidden = torch.randn(n, width, generator=gen).to(device, dtype)
+        hidden = torch.randn(n, vocab.head.in_features, generator=gen).to(like.device, like.dtype)
         times = []
         for i in range(warmup + repeats):
             start = time.perf_counter()
