@@ -64,3 +64,10 @@ def test_mtp_errors_are_one_line(tmp_path, checkpoints, capsys):
     tiny_tokenizer().save_pretrained(tmp_path)
     code, _, err = _run(["generate", "--target", str(tmp_path), "--mtp", "--prompt", "x", "--dtype", "fp32"], capsys)
     assert code != 0 and "carries no MTP layers" in err and "Traceback" not in err
+
+
+def test_mtp_on_a_quantized_head_is_a_one_line_error(checkpoints, capsys):
+    _, dirs = checkpoints
+    code, _, err = _run(["generate", "--target", str(dirs["mimo"]), "--mtp", "--prompt", "x", "--dtype", "fp32",
+                         "--quant", "int8"], capsys)
+    assert code != 0 and "without --quant" in err and "Traceback" not in err

@@ -206,6 +206,9 @@ class MtpHead(EagleHead):
 
     def __init__(self, mtp: nn.Module, target: nn.Module, layout: MtpLayout, depth_layer: int = 0):
         lm_head = target.get_output_embeddings()
+        if getattr(lm_head, "weight", None) is None:  # e.g. an int4/int8 head (models/quant.py) keeps it packed
+            raise FrspecError(f"MTP drafting shares the target's LM head, but the target's head is "
+                              f"{type(lm_head).__name__} without a float weight: load the target without --quant")
         super().__init__(mtp.config, target.get_input_embeddings(), mtp.rotary_emb, lm_head,
                          torch.arange(lm_head.weight.shape[0]))
         self.mtp = mtp
