@@ -311,7 +311,7 @@ def test_generate_with_eagle_and_trees(cli_dirs, capsys):
         (["--tree-depth", "2"], "--draft or --eagle"),
         (["--eagle", "HEAD", "--tree-budget", "5", "--tree-depth", "2"], "--tree-branching"),
         (["--eagle", "HEAD", "--tree-branching", "2"], "--tree-depth"),
-        (["--eagle", "HEAD", "--draft", "x"], "one of --draft, --eagle and --mtp"),
+        (["--eagle", "HEAD", "--draft", "x"], "give --draft or --eagle, not both"),
         (["--eagle", "HEAD", "--tree-depth", "0"], "depth"),
         (["--eagle", "/no/such/head"], "EAGLE head not found"),
     ],
