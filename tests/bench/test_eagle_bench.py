@@ -217,3 +217,56 @@ def test_cli_eagle_mtp_drafts_with_the_targets_own_mtp_layers(tiny_dirs, tmp_pat
     rows = [r for r in payload["rows"] if r["target"] == str(mtp_dir)]
     labels = [r["label"] for r in rows]
     assert labels[0] == "vanilla" and "eagle chain-2" in labels and "eagle+fr-spec static-2x2 map=64" in labels
+
+
+def test_cli_mtp_rows_are_labelled_mtp_and_equal_vanilla(tiny_dirs, tmp_path, capsys):
+    """`--mtp`: rows drafted by the target checkpoint's own MTP layers (a tiny MiMo: dense, so it runs in the
+    bench's fp64), labelled mtp / mtp+fr-spec, in the target's own table; greedy rows equal its vanilla row. Without
+    --mtp the bench notes that the checkpoint carries MTP layers and stays as asked."""
+    from tests.bench.conftest import make_tokenizer
+    from tests.decode.mtp_tiny import save_mtp_checkpoint
+
+    mtp_dir = save_mtp_checkpoint(tmp_path / "mtp_target", "mimo", vocab=VOCAB)
+    make_tokenizer().save_pretrained(mtp_dir)
+    code = _bench(tiny_dirs, tmp_path, "--target", str(mtp_dir), "--draft", "none")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "carries 1 MTP layer(s) (mimo layout); --mtp adds rows drafted by them" in err
+    payload = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [r["label"] for r in payload["rows"]] == ["vanilla"]
+
+    code = _bench(tiny_dirs, tmp_path, "--target", str(mtp_dir), "--draft", "none", "--mtp", "--tree-shapes",
+                  "chain-2,static-2x2", "--eagle-token-map-sizes", "64")
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "--mtp adds rows" not in captured.err
+    assert "MTP layers" in captured.out  # the terminal table's title names the drafter
+    payload = json.loads((tmp_path / "out" / "results.json").read_text())
+    rows = {r["label"]: r for r in payload["rows"]}
+    assert list(rows) == [
+        "vanilla", "mtp chain-2", "mtp+fr-spec chain-2 map=64", "mtp+fr-spec chain-2 map=auto (maps <= 64)",
+        "mtp static-2x2", "mtp+fr-spec static-2x2 map=64", "mtp+fr-spec static-2x2 map=auto (maps <= 64)"]
+    assert {r["target"] for r in payload["rows"]} == {str(mtp_dir)} and len(payload["meta"]["sections"]) == 1
+    assert all(r["greedy_identical"] == "yes" for label, r in rows.items() if label != "vanilla")
+    assert rows["mtp chain-2"]["method"] == "mtp" and rows["mtp+fr-spec static-2x2 map=64"]["method"] == "mtp+fr-spec"
+    mapped, full = rows["mtp+fr-spec static-2x2 map=64"], rows["mtp static-2x2"]
+    assert mapped["speedup_vs_drafter"] == pytest.approx(mapped["decode_tokens_per_s"] / full["decode_tokens_per_s"])
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "| mtp+fr-spec | static-2x2 | 2 | 64 |" in md
+    assert f"- Drafter: the MTP layers of target `{mtp_dir}`" in md
+
+
+def test_cli_bad_mtp_input_is_one_line_error(tiny_dirs, tmp_path, capsys):
+    """--mtp with --eagle, with vLLM, or on a target without MTP layers: one line each, nothing written."""
+    target_dir, draft_dir = tiny_dirs
+    head = str(_head_dir(tmp_path, draft_dir))
+    for extra, message in (
+        (["--mtp", "--eagle", head], "give --mtp or --eagle HEAD, not both"),
+        (["--mtp", "--engine", "vllm"], "MTP rows run on frspec's own engine"),
+        (["--mtp", "--draft", "none"], "carries no MTP layers"),
+    ):
+        code = _bench(tiny_dirs, tmp_path, *extra)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and message in err[-1] and err[-1].startswith("frspec: error:"), (extra, err[-1:])
+        assert not any("Traceback" in line for line in err)
+        assert not (tmp_path / "out" / "results.json").exists()

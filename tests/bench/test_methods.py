@@ -78,3 +78,22 @@ def test_eagle_and_tree_methods_are_validated():
         Method(DRAFT, 4, tree=TreeShape.chain(4))  # a draft chain is tree=None
     with pytest.raises(FrspecError):
         plan_methods([3], [8], eagle_tree_shapes=[TreeShape.chain(2)], eagle_token_map_sizes=[16, 16])
+
+
+def test_mtp_rows_are_head_rows_of_their_own_kind():
+    """head_kind "mtp": the head rows of a checkpoint's MTP layers, judged against the same MTP drafter without the
+    map (never an EAGLE row); an unknown head kind is refused."""
+    from frspec.bench.methods import MTP, MTP_FRSPEC
+    from frspec.decode.tree_shape import TreeShape
+
+    methods = plan_methods([3], [8], has_draft=False, eagle_tree_shapes=[TreeShape.static(2, 2)],
+                           eagle_token_map_sizes=[16], auto=True, head_kind=MTP)
+    assert [m.label for m in methods] == ["vanilla", "mtp static-2x2", "mtp+fr-spec static-2x2 map=16",
+                                          "mtp+fr-spec static-2x2 map=auto (maps <= 16)"]
+    assert all(m.uses_eagle for m in methods[1:])  # drafted from the target's hidden states, in the head slot
+    assert methods[2].same_drafter_without_frspec == Method(MTP, 2, tree=TreeShape.static(2, 2))
+    assert methods[3].kind == MTP_FRSPEC and methods[3].auto
+    with pytest.raises(ValueError):
+        Method(MTP, 2)  # a head names its shape
+    with pytest.raises(ValueError):
+        plan_methods([3], [8], eagle_tree_shapes=[TreeShape.chain(2)], head_kind="medusa")

@@ -68,3 +68,22 @@ def test_a_preset_count_is_capped_at_the_dataset_and_an_explicit_one_is_not(tmp_
     assert [p.id for p in plan_bench(quick=True, dataset=str(data)).prompts()] == ["0", "1"]  # quick asks for 3
     with pytest.raises(FrspecError, match="only 2"):
         plan_bench(dataset=str(data), num_prompts=3).prompts()
+
+
+def test_mtp_plans_rows_drafted_by_the_targets_own_mtp_layers():
+    """--mtp takes the EAGLE slot with the target's MTP layers: its rows are mtp / mtp+fr-spec (`--eagle mtp`
+    plans the same drafter, labelled eagle)."""
+    cli = _from_cli("--quick", "--target", "t", "--mtp", "--tree-shapes", "chain-2", "--no-progress")
+    python = plan_bench(quick=True, target="t", mtp=True, tree_shapes="chain-2", progress=False,
+                        sampling=SamplingParams(seed=0))  # the command line's default seed
+    assert dataclasses.replace(cli, command="") == python
+    assert (python.eagle, python.eagle_target, python.head_kind) == ("mtp", "t", "mtp")
+    labels = [m.label for m in python.methods()]
+    assert "mtp chain-2" in labels and "mtp+fr-spec chain-2 map=32768" in labels
+    assert not any(label.startswith("eagle") for label in labels)
+    old = plan_bench(quick=True, target="t", eagle="mtp", tree_shapes="chain-2")
+    assert old.head_kind == "eagle" and "eagle chain-2" in [m.label for m in old.methods()]
+    for options, message in ((dict(mtp=True, eagle="h"), "give --mtp or --eagle HEAD, not both"),
+                             (dict(mtp=True, engine="vllm"), "MTP rows run on frspec's own engine")):
+        with pytest.raises(FrspecError, match=message):
+            plan_bench(**options)

@@ -134,3 +134,27 @@ def test_cli_bench_refuses_a_config_map_that_clashes(tiny_dirs, tmp_path, capsys
                  "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "differs from the bench's map of the same size 16" in err
+
+
+def test_cli_tune_notes_a_targets_mtp_layers(tiny_dirs, tmp_path, capsys):
+    """tune measures draft models only; a target carrying MTP layers is detected (from its tensor names) and the
+    note says where they are measured. A draft of another vocabulary then stops the run before any measurement."""
+    from tests.bench.conftest import make_tokenizer
+    from tests.decode.mtp_tiny import save_mtp_checkpoint
+    from tests.decode.spec_tiny import tiny_lm
+
+    mtp_dir = save_mtp_checkpoint(tmp_path / "mtp_target", "mimo", vocab=VOCAB)
+    make_tokenizer().save_pretrained(mtp_dir)
+    other = tmp_path / "other_draft"
+    tiny_lm("qwen2", VOCAB + 8, dtype=torch.float32).save_pretrained(other)
+    make_tokenizer().save_pretrained(other)
+    code = main(["tune", "--target", str(mtp_dir), "--draft", str(other), "--dtype", "fp32", "--num-prompts", "1",
+                 "--threads", "1", "--out", str(tmp_path / "t.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "carries 1 MTP layer(s) (mimo layout); tune measures draft models only: `frspec bench --mtp`" in err
+    assert not (tmp_path / "t.json").exists()
+
+    code = main(["tune", "--target", str(tiny_dirs[0]), "--draft", str(other), "--dtype", "fp32", "--num-prompts",
+                 "1", "--threads", "1", "--out", str(tmp_path / "t.json")])
+    assert code == 2 and "MTP layer" not in capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""The decoding methods a benchmark compares: vanilla, a draft model, an EAGLE head, each drafter with FR-Spec maps.
+"""The decoding methods a benchmark compares: vanilla, a draft model, an EAGLE head, the target's own MTP layers,
+each drafter with FR-Spec maps.
 
 A drafter drafts a chain or a token tree (frspec.decode.tree_shape.TreeShape). A draft model's plain chain of k
 tokens is `tree=None` and labelled by k ("draft k=3", the rows the bench had before trees); its static and dynamic
@@ -25,15 +26,20 @@ DRAFT = "draft"
 FRSPEC = "fr-spec"
 EAGLE = "eagle"
 EAGLE_FRSPEC = "eagle+fr-spec"
+# The target checkpoint's own MTP layers (models/mtp.py): drafted like an EAGLE head, from the target's hidden states.
+MTP = "mtp"
+MTP_FRSPEC = "mtp+fr-spec"
 LLAMACPP = "llama.cpp"
-KINDS = (VANILLA, DRAFT, FRSPEC, EAGLE, EAGLE_FRSPEC, LLAMACPP)
+KINDS = (VANILLA, DRAFT, FRSPEC, EAGLE, EAGLE_FRSPEC, MTP, MTP_FRSPEC, LLAMACPP)
 # Rows that decode with the target alone: reference levels, not drafters.
 TARGET_ONLY = (VANILLA, LLAMACPP)
 # The quantized target llama.cpp's row is compared with (a Q4_K_M GGUF is mostly int4 blocks).
 LLAMACPP_REFERENCE_QUANT = "int4"
-EAGLE_KINDS = (EAGLE, EAGLE_FRSPEC)
+# Heads that draft from the target's hidden states (the bench's "EAGLE slot": one head per target).
+EAGLE_KINDS = (EAGLE, EAGLE_FRSPEC, MTP, MTP_FRSPEC)
+HEAD_KINDS = (EAGLE, MTP)
 # The same drafter with a token map (FR-Spec) and over its full vocabulary.
-WITH_MAP = {DRAFT: FRSPEC, EAGLE: EAGLE_FRSPEC}
+WITH_MAP = {DRAFT: FRSPEC, EAGLE: EAGLE_FRSPEC, MTP: MTP_FRSPEC}
 WITHOUT_MAP = {v: k for k, v in WITH_MAP.items()}
 
 
@@ -43,7 +49,8 @@ class Method:
 
     kind is "vanilla" (target only), "draft" (draft model over the full vocabulary), "fr-spec" (the same draft
     model with its LM head restricted to a token map of token_map_size ids), "eagle" (an EAGLE head) or
-    "eagle+fr-spec" (the head with a token map). num_spec_tokens is the drafted depth; `tree` the shape drafted,
+    "eagle+fr-spec" (the head with a token map), "mtp" / "mtp+fr-spec" (the target's own MTP layers, drafting as a
+    head does). num_spec_tokens is the drafted depth; `tree` the shape drafted,
     None for a draft model's plain chain. A map method with `context_rows` drafts context-aware
     (vocab/context_vocab.py): the map plus up to that many rows for the request's tokens, under `context_budget`
     ("fixed": within the map's rows; "additive": beside them).
@@ -73,7 +80,7 @@ class Method:
         if self.kind in TARGET_ONLY and self.tree is not None:
             raise ValueError("vanilla drafts no tree")
         if self.kind in EAGLE_KINDS and self.tree is None:
-            raise ValueError("EAGLE methods draft trees: give the shape (TreeShape.chain for a chain)")
+            raise ValueError("EAGLE and MTP methods draft trees: give the shape (TreeShape.chain for a chain)")
         if self.kind in (DRAFT, FRSPEC) and self.tree is not None and self.tree.kind == "chain":
             raise ValueError("a draft model's chain is tree=None with num_spec_tokens")
         if self.tree is not None and self.tree.depth != self.num_spec_tokens:
@@ -173,11 +180,13 @@ def plan_methods(
     eagle_token_map_sizes: Sequence[int] = (),
     quant: str | None = None,
     auto: bool = False,
+    head_kind: str = EAGLE,
 ) -> list[Method]:
     """Vanilla first; then with a draft model, for each num-spec-tokens and then each draft tree shape, the plain
     drafter followed by each FR-Spec map size, then (with `auto` and maps) the `auto` row choosing length and map
     size per step; then for each EAGLE shape the head followed by each EAGLE map size and that shape's auto-size
-    row. Auto rows rank by the largest map and are planned for unquantized rows only (a quantized head is packed
+    row. `head_kind` names the head of those rows: "eagle", or "mtp" for the target's own MTP layers. Auto rows rank
+    by the largest map and are planned for unquantized rows only (a quantized head is packed
     for one size).
 
     The drafter without a map is always included, since FR-Spec's speedup is measured against it. A draft tree
@@ -188,6 +197,8 @@ def plan_methods(
     _check_sizes(eagle_token_map_sizes, "--eagle-token-map-sizes")
     if quant is not None and eagle_tree_shapes:
         raise ValueError("EAGLE rows run on the unquantized target")
+    if head_kind not in HEAD_KINDS:
+        raise ValueError(f"head_kind must be one of {', '.join(HEAD_KINDS)}, got {head_kind!r}")
     methods = [Method(VANILLA, quant=quant)]
     if has_draft:
         shapes = [TreeShape.chain(k) for k in num_spec_tokens] + list(draft_tree_shapes)
@@ -196,9 +207,9 @@ def plan_methods(
         if auto and token_map_sizes and quant is None:
             methods.append(Method(FRSPEC, max(AUTO_DEPTHS), max(token_map_sizes), auto=True))
     for shape in eagle_tree_shapes:
-        methods.extend(m for m in _with_maps(EAGLE, shape, eagle_token_map_sizes) if m not in methods)
+        methods.extend(m for m in _with_maps(head_kind, shape, eagle_token_map_sizes) if m not in methods)
         if auto and eagle_token_map_sizes:
-            methods.append(Method(EAGLE_FRSPEC, shape.depth, max(eagle_token_map_sizes), shape, auto=True))
+            methods.append(Method(WITH_MAP[head_kind], shape.depth, max(eagle_token_map_sizes), shape, auto=True))
     return methods
 
 

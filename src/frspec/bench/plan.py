@@ -15,8 +15,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
-from frspec.bench.eagle_heads import DEFAULT_EAGLE_TARGET
-from frspec.bench.methods import Method, add_context_methods, plan_methods
+from frspec.bench.eagle_heads import DEFAULT_EAGLE_TARGET, MTP_HEAD
+from frspec.bench.methods import EAGLE, MTP, Method, add_context_methods, plan_methods
 from frspec.decode.decode_config import DecodeConfig
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.tree_shape import TreeShape
@@ -75,6 +75,9 @@ class BenchPlan:
     draft: str | None
     eagle: str | None = None
     eagle_target_given: str | None = None  # --eagle-target as given (None: the default EAGLE target)
+    # --mtp: the EAGLE rows draft with the target checkpoint's own MTP layers (eagle is then "mtp") and are
+    # labelled mtp / mtp+fr-spec (`--eagle mtp` drafts the same, labelled eagle).
+    mtp: bool = False
     dtype: str = "auto"
     device: str = "cpu"
     quant: str | None = None  # the target's weight quantization (int4, int8; None: --dtype)
@@ -133,6 +136,11 @@ class BenchPlan:
         return self.eagle_target_given or (self.target if self.eagle == "mtp" else DEFAULT_EAGLE_TARGET)
 
     @property
+    def head_kind(self) -> str:
+        """The kind of the EAGLE slot's rows: "mtp" with --mtp, else "eagle"."""
+        return MTP if self.mtp else EAGLE
+
+    @property
     def quant_draft_heads(self) -> dict[str, str | None]:
         """The quantized rows' drafter-head quantization where --quant-draft-head overrides the row's own."""
         if self.quant_draft_head is None:
@@ -149,7 +157,8 @@ class BenchPlan:
         """The grid's methods as planned (before maps are known and config rows are added)."""
         return add_context_methods(
             plan_methods(self.num_spec_tokens, self.token_map_sizes, True, self.draft_tree_shapes,
-                         self.eagle_tree_shapes, self.eagle_token_map_sizes, auto=self.auto),
+                         self.eagle_tree_shapes, self.eagle_token_map_sizes, auto=self.auto,
+                         head_kind=self.head_kind),
             self.context_rows, self.context_budgets)
 
 
@@ -182,6 +191,7 @@ def plan_bench(
     target: str | None = None,
     draft: str | None = None,
     eagle: str | None = None,
+    mtp: bool = False,
     eagle_target: str | None = None,
     dtype: str = "auto",
     device: str = "cpu",
@@ -244,6 +254,13 @@ def plan_bench(
     eagle_sizes: tuple[int, ...] = ()
     draft_shapes = (TreeShape.parse_list(draft_tree_shapes, "--draft-tree-shapes")
                     if draft_tree_shapes is not None else ())
+    if mtp:
+        if eagle is not None:
+            raise FrspecError("--mtp drafts in the EAGLE rows' place, with the target's own MTP layers: give --mtp or "
+                              "--eagle HEAD, not both")
+        eagle = MTP_HEAD
+    if eagle == MTP_HEAD and engine == "vllm":
+        raise FrspecError("MTP rows run on frspec's own engine (--engine vllm benchmarks draft models and EAGLE heads)")
     if eagle is not None:
         if engine == "vllm":
             eagle_shapes = _vllm_eagle_shapes(tree_shapes, num_spec)
@@ -254,7 +271,7 @@ def plan_bench(
         for option, value in (("--eagle-target", eagle_target), ("--tree-shapes", tree_shapes),
                               ("--eagle-token-map-sizes", eagle_token_map_sizes)):
             if value is not None:
-                raise FrspecError(f"{option} configures the EAGLE rows: give --eagle HEAD too")
+                raise FrspecError(f"{option} configures the EAGLE rows: give --eagle HEAD too (or --mtp)")
     if rows and quant is not None:
         raise FrspecError("--quant already quantizes every row: drop --quant-rows")
     n_row_costs = pick(row_costs, preset.row_costs)
@@ -275,7 +292,7 @@ def plan_bench(
     plan = BenchPlan(
         target=target or ROLES["target"],
         draft=None if draft is not None and draft.lower() == "none" else draft or ROLES["draft"],
-        eagle=eagle, eagle_target_given=eagle_target, dtype=dtype, device=device, quant=quant,
+        eagle=eagle, eagle_target_given=eagle_target, mtp=mtp, dtype=dtype, device=device, quant=quant,
         draft_quant=draft_quant, threads=threads,
         dataset=dataset, field=field, num_prompts=pick(num_prompts, preset.num_prompts),
         exact_num_prompts=num_prompts is not None, max_new_tokens=pick(max_new_tokens, preset.max_new_tokens),

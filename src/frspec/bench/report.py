@@ -128,8 +128,8 @@ def columns_for(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def table_cells(row: dict[str, Any], columns: Sequence[tuple[str, str]] = COLUMNS) -> list[str]:
-    """A row as table cells. The Method cell is the kind (vanilla/draft/fr-spec/eagle/eagle+fr-spec, prefixed by
-    the quantization, "int4 fr-spec"; "llama.cpp vanilla"): shape, depth and map size have columns."""
+    """A row as table cells. The Method cell is the kind (vanilla/draft/fr-spec/eagle/eagle+fr-spec/mtp/mtp+fr-spec,
+    prefixed by the quantization, "int4 fr-spec"; "llama.cpp vanilla"): shape, depth and map size have columns."""
     cells = [format_value(key, row.get(key)) for key, _ in columns]
     if row.get("method") == "llama.cpp":
         cells[0] = str(row.get("label", cells[0]))
@@ -200,7 +200,9 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
         f"- Target: `{meta.get('target')}`; draft: `{meta.get('draft')}`; dtype: {meta.get('dtype')}; "
         f"threads: {meta.get('threads')}",
     ]
-    if meta.get("eagle_head"):
+    if meta.get("eagle_head") == "mtp":
+        lines.append(f"- Drafter: the MTP layers of target `{meta.get('eagle_target')}`")
+    elif meta.get("eagle_head"):
         lines.append(f"- EAGLE head: `{meta['eagle_head']}` on target `{meta.get('eagle_target')}`")
     lines += [
         f"- Machine: {machine.get('cpu', 'unknown')}, {machine.get('cores')} cores, {machine.get('platform')}"

@@ -74,6 +74,8 @@ def _load_sections(plan: BenchPlan, say) -> list[Section]:
         return models[key]
 
     main = Section(target_spec, dirs[target_spec], model(target_spec))
+    if not plan.eagle:
+        _note_mtp_layers(main, say)
     if draft_spec:
         main.draft_spec, main.draft = draft_spec, model(draft_spec, draft=True)
     for quant in plan.quant_rows:
@@ -98,6 +100,18 @@ def _load_sections(plan: BenchPlan, say) -> list[Section]:
             sections.append(Section(eagle_target_spec, dirs[eagle_target_spec], eagle_target,
                                     eagle_spec=plan.eagle, eagle_dir=str(head_dir), eagle=head))
     return sections
+
+
+def _note_mtp_layers(section: Section, say) -> None:
+    """A note when the target's checkpoint carries MTP layers this run leaves unused (found from its tensor names:
+    safetensors headers only, no weights read)."""
+    from frspec.models.mtp import detect_mtp
+
+    layers = int(section.target.config.get_text_config(decoder=True).num_hidden_layers)
+    layout = detect_mtp(section.target_dir, layers)
+    if layout is not None:
+        say(f"note: {section.target_spec} carries {layout.num_layers} MTP layer(s) ({layout.family} layout); --mtp "
+            "adds rows drafted by them")
 
 
 def _load_llamacpp(target_spec: str, say):
@@ -174,7 +188,7 @@ def _run_section(section: Section, plan: BenchPlan, prompts, say) -> tuple[Any, 
         plan.num_spec_tokens, sorted(draft_sizes), has_draft=section.draft is not None,
         draft_tree_shapes=plan.draft_tree_shapes,
         eagle_tree_shapes=plan.eagle_tree_shapes if section.eagle is not None else (),
-        eagle_token_map_sizes=sorted(eagle_sizes), auto=plan.auto,
+        eagle_token_map_sizes=sorted(eagle_sizes), auto=plan.auto, head_kind=plan.head_kind,
     )
     config = plan.config
     if config is not None and config.shape is not None and section.draft is not None:
@@ -296,7 +310,7 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = lambda message: None)
              "token_ids": g.token_ids, "stats": g.stats.to_dict()}
             for g in result.generations
         ]
-        eagle = f"EAGLE {section.eagle_spec}" if section.eagle_spec else None
+        eagle = (("MTP layers" if plan.mtp else f"EAGLE {section.eagle_spec}") if section.eagle_spec else None)
         drafters = " / ".join(x for x in (section.draft_spec, eagle) if x)
         dtype = str(next(section.target.parameters()).dtype).removeprefix("torch.")
         tables.append((f"frspec bench: {target} / {drafters or '-'}, {dtype}, {len(prompts)} prompts x "

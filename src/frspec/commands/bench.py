@@ -3,6 +3,7 @@
     frspec bench --quick --out bench-out                  # a few minutes on a 2-core CPU, every method kind, the
                                                           # int4 rows and llama.cpp (when installed)
     frspec bench --quick --eagle default --out bench-out  # plus EAGLE rows on the head's own target
+    frspec bench --quick --target DIR --draft none --mtp  # rows drafted by DIR's own MTP layers (mtp, mtp+fr-spec)
     frspec bench --out bench-out                          # the full grid, for a GPU or a long CPU run
 """
 
@@ -76,6 +77,10 @@ def register(subparsers) -> None:
                    help=f"add EAGLE rows: an EAGLE head directory or hub id, '{DEFAULT_HEAD}' for the head "
                         f"`frspec train eagle` wrote to the model cache for {DEFAULT_EAGLE_TARGET}, or 'mtp' for "
                         "the MTP layers the EAGLE target's checkpoint carries (default EAGLE target: --target)")
+    p.add_argument("--mtp", action="store_true",
+                   help="add rows drafted by the MTP layers the target checkpoint carries (DeepSeek-V3, GLM-4.5, "
+                        "Qwen3-Next, Qwen3.5, MiMo layouts), labelled mtp / mtp+fr-spec: in the EAGLE rows' place, "
+                        "so --tree-shapes, --eagle-token-map-sizes and --eagle-target (default: --target) apply")
     p.add_argument("--eagle-target", default=None, metavar="T",
                    help=f"the target the EAGLE head drafts for (default: {DEFAULT_EAGLE_TARGET}); its own vanilla "
                         "row is the EAGLE rows' reference, and it shares one table with --target if they are the same")
@@ -147,7 +152,7 @@ def register(subparsers) -> None:
 
 # Options passed to plan_bench under their own names (the rest are converted in `plan_from_args`).
 PLAN_OPTIONS = (
-    "quick", "target", "draft", "eagle", "eagle_target", "dtype", "device", "quant", "draft_quant", "threads",
+    "quick", "target", "draft", "eagle", "mtp", "eagle_target", "dtype", "device", "quant", "draft_quant", "threads",
     "dataset", "field", "num_prompts", "max_new_tokens", "num_spec_tokens", "token_map_sizes", "draft_tree_shapes",
     "tree_shapes", "eagle_token_map_sizes", "context_rows", "context_budgets", "token_map", "counts",
     "token_map_source", "quant_rows", "quant_num_spec_tokens", "quant_token_map_sizes", "quant_draft_head",

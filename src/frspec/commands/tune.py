@@ -163,6 +163,17 @@ def _costs_record(result, token_maps) -> dict:
     return costs.to_dict()
 
 
+def _note_mtp_layers(target_dir, target, say) -> None:
+    """A note when the target checkpoint carries MTP layers: tune measures draft models only (found from the
+    checkpoint's tensor names, no weights read)."""
+    from frspec.models.mtp import detect_mtp
+
+    layout = detect_mtp(target_dir, int(target.config.get_text_config(decoder=True).num_hidden_layers))
+    if layout is not None:
+        say(f"note: the target carries {layout.num_layers} MTP layer(s) ({layout.family} layout); tune measures "
+            "draft models only: `frspec bench --mtp` benchmarks the MTP layers with and without maps")
+
+
 def _load_average() -> str:
     import os
 
@@ -200,8 +211,10 @@ def run_tune(args: argparse.Namespace) -> int:
     commit = git_commit()  # now: the code this run imported, even if the checkout changes during the run
     target_spec, draft_spec = args.target or ROLES["target"], args.draft or ROLES["draft"]
     say(f"loading target {target_spec} and draft {draft_spec}")
-    tokenizer = load_tokenizer(resolve_model_dir(target_spec))
+    target_dir = resolve_model_dir(target_spec)
+    tokenizer = load_tokenizer(target_dir)
     target = load_model(target_spec, dtype=args.dtype, device=args.device, quant=target_quant(args))
+    _note_mtp_layers(target_dir, target, say)
     draft = load_model(draft_spec, dtype=args.dtype, device=args.device, **draft_load_options(args))
     vocab_size = check_same_vocab(target, draft)
     token_maps, maps_source = resolve_token_maps(
