@@ -15,6 +15,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Callable
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 
@@ -117,3 +118,16 @@ def replace_piece(name: str, fn: Callable) -> Callable[[], None]:
     module, attr = PIECES[name]
     setattr(module, attr, fn)
     return lambda: setattr(module, attr, ORIGINAL[name])
+
+
+def sample_second_and_third(generator, prompt: list[int], n: int, vocab: int, sampling: dict) -> tuple[np.ndarray, int]:
+    """(counts [V, V] of (x2, x3) over n seeded `generate(max_new_tokens=4)` calls, drafts accepted in all): the
+    end-to-end tests' sample, whose (x2, x3) a speculative step decides."""
+    counts = np.zeros((vocab, vocab), dtype=np.int64)
+    accepted = 0
+    for seed in range(n):
+        out = generator.generate(input_ids=prompt, max_new_tokens=4, eos_token_ids=[],
+                                 sampling=SamplingParams(**sampling, seed=seed))
+        counts[out.token_ids[1], out.token_ids[2]] += 1
+        accepted += sum(out.stats.accepted_per_position)
+    return counts, accepted

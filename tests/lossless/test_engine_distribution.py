@@ -20,9 +20,9 @@ from frspec.vocab.token_map import TokenMap
 
 from tests.decode.eagle_tiny import mostly_bigram, oracle_eagle3_head
 from tests.decode.spec_tiny import noisy_copy, sharpen, tiny_lm
-from tests.lossless.decode_adapter import SamplingParams, TreeShape, build_generator
+from tests.lossless.decode_adapter import TreeShape, build_generator, sample_second_and_third
 from tests.lossless.lossless_power import check_distribution
-from tests.lossless.lossless_reference import reference_probs
+from tests.lossless.lossless_reference import target_joint_after_prompt
 from tests.lossless.lossless_sampling import SCALE
 
 V = 16
@@ -39,17 +39,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def reference(target) -> np.ndarray:
-    @torch.no_grad()
-    def probs(ids):
-        return reference_probs(target(torch.tensor([ids])).logits[0, -1], T, K, P)
-
-    joint = np.zeros((V, V))
-    p1 = probs(PROMPT)
-    for x1 in np.flatnonzero(p1):
-        p2 = probs(PROMPT + [int(x1)])
-        for x2 in np.flatnonzero(p2):
-            joint[x2] += p1[x1] * p2[x2] * probs(PROMPT + [int(x1), int(x2)])
-    return joint / joint.sum()
+    return target_joint_after_prompt(target, PROMPT, V, T, K, P)
 
 
 def cases(target) -> dict:
@@ -67,13 +57,7 @@ def cases(target) -> dict:
 @pytest.mark.parametrize("name", ["draft+map-chain", "draft-static", "eagle3-d2t+map-dynamic"])
 def test_engine_samples_follow_the_target(target, reference, name):
     generator = build_generator(target, **cases(target)[name])
-    counts = np.zeros((V, V), dtype=np.int64)
-    accepted = 0
-    for seed in range(N_E2E):
-        out = generator.generate(input_ids=PROMPT, max_new_tokens=4, eos_token_ids=[],
-                                 sampling=SamplingParams(temperature=T, top_k=K, top_p=P, seed=seed))
-        counts[out.token_ids[1], out.token_ids[2]] += 1
-        accepted += sum(out.stats.accepted_per_position)
+    counts, accepted = sample_second_and_third(generator, PROMPT, N_E2E, V, dict(temperature=T, top_k=K, top_p=P))
     assert accepted > N_E2E // 4, "drafts must be accepted often enough for the check to test speculation"
     tv = check_distribution(counts, reference, f"engine {name}")
     if SCALE >= 1:
@@ -110,13 +94,7 @@ def test_engine_samples_follow_the_target_with_k_changing_every_step(target, ref
         return _record(state, Plan(depth, sizes[i % len(sizes)]))
 
     monkeypatch.setattr(engine, "choose", schedule)
-    counts = np.zeros((V, V), dtype=np.int64)
-    accepted = 0
-    for seed in range(N_E2E):
-        out = generator.generate(input_ids=PROMPT, max_new_tokens=4, eos_token_ids=[],
-                                 sampling=SamplingParams(temperature=T, top_k=K, top_p=P, seed=seed))
-        counts[out.token_ids[1], out.token_ids[2]] += 1
-        accepted += sum(out.stats.accepted_per_position)
+    counts, accepted = sample_second_and_third(generator, PROMPT, N_E2E, V, dict(temperature=T, top_k=K, top_p=P))
     assert accepted > N_E2E // 8, "drafts must be accepted often enough for the check to test speculation"
     assert all(a != b for a, b in zip(used, used[1:]))
     tv = check_distribution(counts, reference, f"engine {drafter} with k changing every step")

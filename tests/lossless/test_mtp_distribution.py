@@ -12,15 +12,14 @@ detected with power 0.9 at alpha 1e-3 over the reference's live cells (asserted)
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
-from tests.lossless.decode_adapter import SamplingParams, TreeShape, build_generator
+from tests.lossless.decode_adapter import TreeShape, build_generator, sample_second_and_third
 from frspec.models.mtp import load_mtp_head
 from frspec.vocab.token_map import TokenMap
 from tests.lossless.lossless_power import check_distribution, samples_for_tv
-from tests.lossless.lossless_reference import reference_probs
+from tests.lossless.lossless_reference import target_joint_after_prompt
 from tests.lossless.lossless_sampling import SCALE
 from tests.decode.mtp_tiny import load_target, save_mtp_checkpoint
 
@@ -35,19 +34,6 @@ CASES = {
 }
 
 
-def _joint(target) -> np.ndarray:
-    @torch.no_grad()
-    def probs(ids):
-        return reference_probs(target(torch.tensor([ids])).logits[0, -1], T, K, P)
-
-    joint = np.zeros((V, V))
-    p1 = probs(PROMPT)
-    for x1 in np.flatnonzero(p1):
-        p2 = probs(PROMPT + [int(x1)])
-        for x2 in np.flatnonzero(p2):
-            joint[x2] += p1[x1] * p2[x2] * probs(PROMPT + [int(x1), int(x2)])
-    return joint / joint.sum()
-
 
 @pytest.mark.lossless_heavy
 @pytest.mark.parametrize("name", list(CASES))
@@ -58,15 +44,9 @@ def test_mtp_samples_follow_the_target(tmp_path, name):
     with torch.no_grad():  # sharper next-token laws than the random head's, so drafts are often accepted
         target.get_output_embeddings().weight.mul_(2.0)
     generator = build_generator(target, eagle=load_mtp_head(target, path), **options)
-    reference = _joint(target)
+    reference = target_joint_after_prompt(target, PROMPT, V, T, K, P)
     n = max(int(SCALE * samples_for_tv(int((reference > 0).sum()), DETECTED_TV_E2E)), 300)
-    counts = np.zeros((V, V), dtype=np.int64)
-    accepted = 0
-    for seed in range(n):
-        out = generator.generate(input_ids=PROMPT, max_new_tokens=4, eos_token_ids=[],
-                                 sampling=SamplingParams(temperature=T, top_k=K, top_p=P, seed=seed))
-        counts[out.token_ids[1], out.token_ids[2]] += 1
-        accepted += sum(out.stats.accepted_per_position)
+    counts, accepted = sample_second_and_third(generator, PROMPT, n, V, dict(temperature=T, top_k=K, top_p=P))
     assert accepted > n // 4, "drafts must be accepted often enough for the check to test speculation"
     tv = check_distribution(counts, reference, f"engine {name}")
     if SCALE >= 1:
