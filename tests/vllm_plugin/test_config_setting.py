@@ -76,3 +76,16 @@ def test_serve_fills_in_the_model_and_the_draft_length(config_file):
     assert args[-2:] == ["--port", "8001"]
     given = ["--model", "m", "--speculative-config", "{}"]
     assert config_server_args(config, given) == given  # vLLM's own options win
+
+
+def test_v1_compact_setting_is_on_by_default_and_refuses_other_values(monkeypatch):
+    from frspec.errors import FrspecError
+    from frspec.vllm_plugin.settings import V1_COMPACT_ENV, v1_compact_path
+
+    monkeypatch.delenv(V1_COMPACT_ENV, raising=False)
+    assert v1_compact_path() is True
+    monkeypatch.setenv(V1_COMPACT_ENV, "0")
+    assert v1_compact_path() is False
+    monkeypatch.setenv(V1_COMPACT_ENV, "no")
+    with pytest.raises(FrspecError, match="FRSPEC_V1_COMPACT must be 0 or 1"):
+        v1_compact_path()

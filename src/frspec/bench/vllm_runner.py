@@ -16,7 +16,7 @@ import gc
 import os
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,6 +26,7 @@ from frspec.errors import FrspecError
 
 # Read by frspec.vllm_plugin in each vLLM process (named there too; bench sits beside the plugin, not above it).
 TOKEN_MAP_ENV = "FRSPEC_TOKEN_MAP"
+V1_COMPACT_ENV = "FRSPEC_V1_COMPACT"
 VLLM_DTYPES = ("auto", "bf16", "fp16", "fp32")  # names as models/loading.py reads them; auto is bf16 here
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens")
 
@@ -70,6 +71,7 @@ class EngineRun:
     round: int
     startup_s: float
     drafter_rows: list[int] | None
+    drafter_path: str | None = None  # "compact" or "full-row" (V1's two ways to apply the map); None: no map
     batches: list[Batch] = field(default_factory=list)
 
 
@@ -89,12 +91,20 @@ def _latency(output, wall_s: float) -> float:
     return wall_s
 
 
+def _worker_drafter(worker):
+    runner = worker.model_runner if hasattr(worker, "model_runner") else worker.worker.model_runner
+    return getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
+
+
 def _drafter_rows(worker) -> int | None:
     """Run in each vLLM worker: how many LM-head rows its FR-Spec heads score (None: FR-Spec is off there)."""
-    runner = worker.model_runner if hasattr(worker, "model_runner") else worker.worker.model_runner
-    drafter = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
-    heads = getattr(drafter, "frspec_heads", None)
+    heads = getattr(_worker_drafter(worker), "frspec_heads", None)
     return None if not heads else sum(h.vocab.size for h in heads)
+
+
+def _drafter_path(worker) -> str | None:
+    """Run in each vLLM worker: "compact" or "full-row", how its drafter applies the map (None: FR-Spec off)."""
+    return getattr(_worker_drafter(worker), "frspec_path", None)
 
 
 @dataclass(frozen=True)
@@ -145,6 +155,7 @@ def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: st
         os.environ.pop(TOKEN_MAP_ENV, None)
     else:
         os.environ[TOKEN_MAP_ENV] = map_file
+    os.environ[V1_COMPACT_ENV] = "0" if method.vllm_full_row else "1"
     start = time.perf_counter()
     llm = LLM(**kwargs)
     try:
@@ -153,6 +164,10 @@ def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: st
         if (map_file is None) != (run.drafter_rows is None):
             raise FrspecError(f"{method.label}: the frspec vLLM plugin is {'not ' if map_file else ''}active in the "
                               "engine (is frspec installed in vLLM's environment?)")
+        paths = {p for p in llm.collective_rpc(_drafter_path) if p is not None}
+        run.drafter_path = ",".join(sorted(paths)) or None
+        if method.vllm_full_row and paths != {"full-row"}:
+            raise FrspecError(f"{method.label}: the engine's drafter used the {run.drafter_path} path, not the full row")
         greedy = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
         llm.generate([{"prompt_token_ids": prompts[0][1]}], SamplingParams(temperature=0.0, max_tokens=warmup_tokens),
                      use_tqdm=False)
@@ -177,6 +192,7 @@ def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: st
         del llm
         gc.collect()
         os.environ.pop(TOKEN_MAP_ENV, None)
+        os.environ.pop(V1_COMPACT_ENV, None)
 
 
 def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes: Sequence[int],
@@ -196,7 +212,7 @@ def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes:
             throughput[(m, b)] = statistics.median(rates)
             drafts, accepted = sum(bt.drafts for bt in batches), sum(bt.accepted for bt in batches)
             rows.append({
-                "label": m.label, "method": m.kind, "num_spec_tokens": m.num_spec_tokens,
+                "label": m.label, "method": m.kind + (" full-row" if m.vllm_full_row else ""), "num_spec_tokens": m.num_spec_tokens,
                 "token_map_size": m.token_map_size, "batch_size": b,
                 "acceptance_length": 1.0 if m.kind == VANILLA else (1 + accepted / drafts if drafts else None),
                 "tokens_per_s": throughput[(m, b)],
@@ -205,6 +221,7 @@ def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes:
                 "greedy_identical": "reference" if m.kind == VANILLA else (
                     "yes" if not divergent.get((m, b)) else f"{len(divergent[(m, b)])} differ"),
                 "drafter_rows": next((r.drafter_rows for r in runs if r.method == m), None),
+                "drafter_path": next((r.drafter_path for r in runs if r.method == m), None),
                 "startup_s": statistics.median([r.startup_s for r in runs if r.method == m]),
                 "tokens": sum(len(t) for bt in batches for t in bt.token_ids),
                 "drafts": drafts, "accepted_tokens": accepted,
@@ -214,6 +231,9 @@ def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes:
         base = m.same_drafter_without_frspec
         row["speedup_vs_vanilla"] = throughput[(m, b)] / vanilla if vanilla and m.kind != VANILLA else None
         row["speedup_vs_drafter"] = throughput[(m, b)] / throughput[(base, b)] if base in methods else None
+        compact = replace(m, vllm_full_row=False)
+        row["full_row_vs_compact"] = (throughput[(m, b)] / throughput[(compact, b)]
+                                      if m.vllm_full_row and compact in methods else None)
     return rows
 
 
@@ -251,6 +271,7 @@ COLUMNS = [("method", "Method"), ("num_spec_tokens", "Num Spec Tokens"), ("token
            ("tokens_per_s", "Throughput (tokens/s)"), ("latency_s", "Per-Request Latency (s)"),
            ("speedup_vs_vanilla", "Speedup vs Vanilla"), ("speedup_vs_drafter", "Speedup vs Same Drafter w/o FR-Spec"),
            ("greedy_identical", "Greedy Identical")]
+FULL_ROW_COLUMN = ("full_row_vs_compact", "Full Row vs Compact")  # only with --vllm-full-row
 
 
 def _loads(values: Sequence[float]) -> str:
@@ -277,11 +298,12 @@ def markdown(payload: dict[str, Any]) -> str:
              + f"; max new tokens: {meta['max_new_tokens']}; "
              f"greedy; {meta['repeats']} rounds (medians shown); command: `{meta['command']}`",
              f"- Token maps: {meta['token_maps_source']}", ""]
-    lines.append("| " + " | ".join(name for _, name in COLUMNS) + " |")
-    lines.append("|:---|" + "---:|" * (len(COLUMNS) - 1))
+    columns = COLUMNS + ([FULL_ROW_COLUMN] if meta.get("full_row_twins") else [])
+    lines.append("| " + " | ".join(name for _, name in columns) + " |")
+    lines.append("|:---|" + "---:|" * (len(columns) - 1))
     for row in payload["rows"]:
         cells = [f"{row[key]:.2f}" if key in ("tokens_per_s", "latency_s") and row.get(key) is not None
-                 else format_value(key, row.get(key)) for key, _ in COLUMNS]
+                 else format_value(key, row.get(key)) for key, _ in columns]
         lines.append("| " + " | ".join(cells) + " |")
     if payload["divergences"]:
         lines += ["", "Greedy outputs that differ from vanilla vLLM's (method, batch, round, prompt, position, "
@@ -346,6 +368,9 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
         eagle_sizes = tuple(token_maps) if plan.eagle else ()
     methods = plan_methods(plan.num_spec_tokens, sorted(sizes), has_draft=draft_dir is not None,
                            eagle_tree_shapes=plan.eagle_tree_shapes, eagle_token_map_sizes=sorted(eagle_sizes))
+    if plan.vllm_full_row:  # each map row twice: V1's compact path, and the full -inf row V2 speculators use
+        methods = [v for m in methods
+                   for v in ((m, replace(m, vllm_full_row=True)) if m.token_map_size is not None else (m,))]
     out = Path(plan.out)
     map_files = {}
     for k, tm in token_maps.items():  # the files the engines' plugin reads
@@ -387,7 +412,7 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
                  "num_prompts": len(encoded), "distinct_prompts": distinct,
                  "prompt_ids": [pid for pid, _ in encoded],
                  "max_new_tokens": plan.max_new_tokens, "batch_sizes": list(batch_sizes),
-                 "repeats": plan.repeats, "compiled": plan.vllm_compiled, "token_maps_source": maps_source,
+                 "repeats": plan.repeats, "compiled": plan.vllm_compiled, "full_row_twins": plan.vllm_full_row, "token_maps_source": maps_source,
                  "vocab_size": vocab_size,
                  "run_time_s": time.perf_counter() - start,
                  "load_average_start": load_start, "load_average_end": list(os.getloadavg())},
