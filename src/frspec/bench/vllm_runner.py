@@ -146,8 +146,14 @@ def repeat_to(encoded: list[tuple[str, list[int]]], n: int) -> list[tuple[str, l
     return out
 
 
+def prompts_per_batch_size(distinct: int, batch_size: int) -> int:
+    """How many prompts a batch size decodes: every distinct prompt once, cycled up to whole batches (so batch 1
+    does not decode the repeats a batch of 16 needs)."""
+    return -(-max(distinct, batch_size) // batch_size) * batch_size
+
+
 def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: str | None, prompts, batch_sizes,
-               max_new_tokens: int, warmup_tokens: int, say) -> EngineRun:
+               max_new_tokens: int, warmup_tokens: int, say, distinct: int | None = None) -> EngineRun:
     """Start one engine (with FR-Spec iff `map_file`), warm it up, measure every batch size, shut it down."""
     from vllm import LLM, SamplingParams
 
@@ -172,8 +178,9 @@ def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: st
         llm.generate([{"prompt_token_ids": prompts[0][1]}], SamplingParams(temperature=0.0, max_tokens=warmup_tokens),
                      use_tqdm=False)
         for b in batch_sizes:
-            for i in range(0, len(prompts), b):
-                chunk = prompts[i:i + b]
+            these = prompts[:prompts_per_batch_size(distinct or len(prompts), b)]
+            for i in range(0, len(these), b):
+                chunk = these[i:i + b]
                 before = _counters(llm)
                 t0 = time.perf_counter()
                 outs = llm.generate([{"prompt_token_ids": ids} for _, ids in chunk], greedy, use_tqdm=False)
@@ -293,7 +300,7 @@ def markdown(payload: dict[str, Any]) -> str:
              + (f"; load average (1/5/15 min) {_loads(meta['load_average_start'])} at the start, "
                 f"{_loads(meta['load_average_end'])} at the end" if meta.get("load_average_start") else ""),
              f"- Prompts: {meta['num_prompts']} from {meta['dataset']}"
-             + (f" ({meta['distinct_prompts']} distinct, repeated to fill the largest batch)"
+             + (f" ({meta['distinct_prompts']} distinct, each batch size decoding each once, cycled up to whole batches)"
                 if meta.get("distinct_prompts", meta["num_prompts"]) < meta["num_prompts"] else "")
              + f"; max new tokens: {meta['max_new_tokens']}; "
              f"greedy; {meta['repeats']} rounds (medians shown); command: `{meta['command']}`",
@@ -379,7 +386,7 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
         tm.save(map_files[k], format="frspec")
     encoded = [(p.id, encode_prompt(tokenizer, p)) for p in prompts]
     distinct = len(encoded)
-    encoded = repeat_to(encoded, max(batch_sizes))
+    encoded = repeat_to(encoded, max(prompts_per_batch_size(distinct, b) for b in batch_sizes))
     if len(encoded) > distinct:
         say(f"the largest batch ({max(batch_sizes)}) needs more prompts than the {distinct} chosen: "
             f"repeating them up to {len(encoded)}")
@@ -396,7 +403,7 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
             kwargs = _engine_kwargs(m, target_dir, drafters, dtype, max_model_len, max(batch_sizes), plan.sampling.seed,
                                     plan.vllm_compiled)
             runs.append(run_engine(m, r, kwargs, map_files.get(m.token_map_size), encoded, batch_sizes,
-                                   plan.max_new_tokens, plan.warmup_tokens, say))
+                                   plan.max_new_tokens, plan.warmup_tokens, say, distinct))
     divergences = find_divergences(runs, dict(encoded), target_dir, plan.dtype)
     divergent: dict[tuple[Method, int], set[str]] = {}
     for d in divergences:
