@@ -74,3 +74,96 @@ def test_mtp_base_costs_cover_every_width(mimo):
     target = load_target(mimo)
     costs = mtp_base_costs(load_mtp_head(target, mimo), [1, 2, 4], context=10, rounds=1)
     assert sorted(costs) == [1, 2, 4] and all(c > 0 for c in costs.values())
+
+
+@pytest.fixture(scope="module")
+def deep_mimo(tmp_path_factory):
+    """A MiMo-layout target 8 layers deep with one MTP layer, so drafting with it pays even on a tiny model."""
+    root = save_mtp_checkpoint(tmp_path_factory.mktemp("mtp_tune_cli") / "mimo", "mimo", vocab=VOCAB, layers=8)
+    tiny_tokenizer().save_pretrained(root)
+    TokenMap(list(range(0, VOCAB, 2)) + list(range(1, VOCAB // 2, 2)), VOCAB).save(root.parent / "map72.frspec")
+    return root
+
+
+def _json_run(argv, capsys) -> dict:
+    code = main(argv)
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return json.loads(out.out)
+
+
+def test_cli_tune_mtp_config_round_trips_through_generate_and_bench(deep_mimo, tmp_path, capsys, monkeypatch):
+    """`frspec tune` on a target carrying MTP layers (no --draft: detected) tunes them, writes an "mtp" config, and
+    `generate --config` / `bench --config` reproduce its pick with the target's own greedy output.
+
+    On tiny models on a shared CPU vanilla sometimes measures fastest and the config would then draft nothing; the
+    pick is made among the drafting configurations here (everything else is the command's own path)."""
+    from frspec.tune import search
+
+    real_pick = search.pick_fastest
+    monkeypatch.setattr(search, "pick_fastest",
+                        lambda confirmed, measured: real_pick([c for c in confirmed if c.shape is not None], measured))
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in ("the cat sat on", "a dog ran to")))
+    out, report = tmp_path / "cfg" / "tune.json", tmp_path / "report"
+    code = main(["tune", "--target", str(deep_mimo), "--dataset", str(prompts), "--dtype", "fp32", "--threads", "1",
+                 "--token-map", str(deep_mimo.parent / "map72.frspec"), "--num-prompts", "2", "--max-new-tokens",
+                 "16", "--confirm-prompts", "2", "--confirm-tokens", "12", "--top", "2", "--out", str(out),
+                 "--report", str(report), "--no-progress"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "MTP layer(s) (mimo layout): tuning them as the drafter" in captured.err
+    details = json.loads((report / "tune.json").read_text())
+    assert details["meta"]["draft"].startswith("mtp (mimo layout")
+    ranks = details["measurements"]["ranks"]
+    assert set(ranks) == {"full", "72"} and all(len(per_prompt) == 5 for per_prompt in ranks["full"])  # depths 1..5
+    rows = details["comparison"]
+    assert any(r["config"] == "vanilla" for r in rows) and any(r["tree"] and r["map_size"] is None for r in rows)
+    assert not [n for n in details["notes"] if "differs from vanilla" in n]  # the confirming bench checked greedy
+    config = DecodeConfig.load(out)
+    picked = next(r for r in rows if r["picked"])
+    assert (config.tree, config.token_map_size) == (picked["tree"], picked["map_size"])
+    assert picked["measured_tokens_per_s"] == max(r["measured_tokens_per_s"] for r in rows if r["tree"])
+    assert config.mtp and config.draft is None and json.loads(out.read_text())["mtp"] is True
+
+    base = ["generate", "--prompt", "the cat sat on", "--raw", "--max-new-tokens", "20", "--json", "--threads", "1"]
+    vanilla = _json_run([*base, "--target", str(deep_mimo), "--dtype", "fp32"], capsys)
+    tuned = _json_run([*base, "--config", str(out)], capsys)
+    assert tuned["method"] == ("mtp" if config.token_map_size is None else "mtp+fr-spec")
+    assert tuned["token_ids"] == vanilla["token_ids"]
+    shape = TreeShape.parse(config.tree)
+    assert tuned["stats"]["proposed_per_position"] and len(tuned["stats"]["proposed_per_position"]) == shape.depth
+
+    assert main(["bench", "--config", str(out), "--dataset", str(prompts), "--num-prompts", "2", "--max-new-tokens",
+                 "8", "--threads", "1", "--no-progress", "--out", str(tmp_path / "bench")]) == 0
+    rows = json.loads((tmp_path / "bench" / "results.json").read_text())["rows"]
+    want = ["vanilla", f"mtp {config.tree}"] + ([f"mtp+fr-spec {config.tree} map=72"] if config.token_map_size else [])
+    assert [r["label"] for r in rows] == want
+    assert all(r["greedy_identical"] in ("yes", "reference") for r in rows)
+
+
+def test_written_mtp_config_reads_back_and_refuses_a_draft_too(tmp_path):
+    config = DecodeConfig(target="t", mtp=True, tree="chain-3").save(tmp_path / "c.json")
+    assert DecodeConfig.load(config).mtp and "mtp" in json.loads(config.read_text())
+    assert "mtp" not in DecodeConfig(target="t", draft="d", tree="chain-3").to_dict()  # only written when true
+    from frspec.errors import FrspecError
+
+    with pytest.raises(FrspecError, match="'draft' must be null"):
+        DecodeConfig(target="t", draft="d", mtp=True, tree="chain-3")
+    with pytest.raises(FrspecError, match="'tree' is set exactly"):
+        DecodeConfig(target="t", mtp=True)
+
+
+def test_cli_tune_mtp_bad_input_is_one_line(mimo, tmp_path, capsys):
+    from tests.decode.spec_tiny import tiny_lm
+
+    code = main(["tune", "--target", str(mimo), "--mtp", "--draft", str(mimo), "--out", str(tmp_path / "t.json")])
+    assert code == 2 and "without --draft" in capsys.readouterr().err
+    plain = tmp_path / "plain"
+    tiny_lm("qwen2", VOCAB, dtype=torch.float32).save_pretrained(plain)
+    tiny_tokenizer().save_pretrained(plain)
+    code = main(["tune", "--target", str(plain), "--mtp", "--dtype", "fp32", "--num-prompts", "1", "--threads", "1",
+                 "--out", str(tmp_path / "t.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and "carries no MTP layers" in err and "Traceback" not in err
+    assert not (tmp_path / "t.json").exists()

@@ -140,7 +140,7 @@ def tune(target, draft, tokenizer, calibration: Sequence[Sequence[int]],
                           warmup_tokens=settings.warmup_tokens, progress=progress, eagle=mtp)
     measured = {c: GenerationStats.aggregate(g.stats for g in bench.generations_of(method_of(c, is_mtp)))
                 for c in confirmed}
-    pick = max(confirmed, key=lambda c: measured[c].decode_tokens_per_s or 0.0)
+    pick = pick_fastest(confirmed, measured)
     result = TuneResult(m, context, ranked, confirmed, bench, measured, pick)
     if ranked[0].candidate != pick:
         result.notes.append(f"the predicted best ({ranked[0].candidate.label}) measured slower than {pick.label}")
@@ -148,6 +148,11 @@ def tune(target, draft, tokenizer, calibration: Sequence[Sequence[int]],
         result.notes.append(f"{d.method.label} differs from vanilla on {d.prompt_id} at token {d.position} "
                             f"(target top-2 logit margin {d.top2_margin:.4f})")
     return result
+
+
+def pick_fastest(confirmed: Sequence[Candidate], measured: dict[Candidate, GenerationStats]) -> Candidate:
+    """The configuration the confirming bench measured fastest (vanilla included: it wins when nothing pays)."""
+    return max(confirmed, key=lambda c: measured[c].decode_tokens_per_s or 0.0)
 
 
 def comparison_rows(result: TuneResult) -> list[dict[str, Any]]:
