@@ -76,3 +76,13 @@ def test_serve_fills_in_the_model_and_the_draft_length(config_file):
     assert args[-2:] == ["--port", "8001"]
     given = ["--model", "m", "--speculative-config", "{}"]
     assert config_server_args(config, given) == given  # vLLM's own options win
+
+
+def test_serve_gives_an_mtp_config_vllms_mtp_method(tmp_path):
+    from frspec.commands.serve import config_server_args
+
+    (tmp_path / "config.json").write_text("{}")
+    config = DecodeConfig(target=str(tmp_path), mtp=True, tree="static-3x2")
+    args = config_server_args(config, [])
+    spec = json.loads(args[args.index("--speculative-config") + 1])
+    assert spec == {"method": "mtp", "num_speculative_tokens": 3}  # vLLM drafts the tree's depth as a chain
