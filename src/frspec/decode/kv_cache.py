@@ -72,13 +72,14 @@ def keep_cache_entries(cache, start: int, keep: torch.Tensor | Sequence[int]) ->
     is refused.
     """
     keep = torch.as_tensor(keep, dtype=torch.long)
-    for i, layer in enumerate(cache.layers):
-        sliding = type(layer) is DynamicSlidingWindowLayer
-        if type(layer) is not DynamicLayer and not sliding:
+    for i, layer in enumerate(cache.layers):  # every layer checked before any is changed
+        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
             raise FrspecError(
                 f"cache layer {i} ({type(layer).__name__}) cannot drop tree entries; trees need full or "
                 "sliding-window attention layers"
             )
+    for layer in cache.layers:
+        sliding = type(layer) is DynamicSlidingWindowLayer
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             continue
         total = layer.keys.shape[-2]
