@@ -152,6 +152,13 @@ def test_written_mtp_config_reads_back_and_refuses_a_draft_too(tmp_path):
         DecodeConfig(target="t", draft="d", mtp=True, tree="chain-3")
     with pytest.raises(FrspecError, match="'tree' is set exactly"):
         DecodeConfig(target="t", mtp=True)
+    from frspec.bench.plan import plan_bench
+
+    mtp_config = DecodeConfig.load(config)
+    plan = plan_bench(quick=True, target="t", draft="none", config=mtp_config)
+    assert plan.mtp and plan.eagle_tree_shapes == () and plan.eagle_token_map_sizes == ()  # only the config's rows
+    with pytest.raises(FrspecError, match="drop --eagle HEAD"):
+        plan_bench(quick=True, target="t", draft="none", eagle="some-head", config=mtp_config)
 
 
 def test_cli_tune_mtp_bad_input_is_one_line(mimo, tmp_path, capsys):
