@@ -45,20 +45,34 @@ def mimo(tmp_path_factory):
     return root
 
 
-def test_mtp_ranks_replay_the_engines_acceptance_in_fp64(mimo):
+# MiMo (dense attention); MiMo whose MTP layer leans on the target's hidden state (input-projection noise 0.5), so
+# its choices below the root differ from depth 1's where it matters; and Qwen3.5 (a hybrid target: the engine's
+# hidden states come from per-node verification, tune's from one forward). The MoE families cannot run in fp64
+# (transformers' grouped matmul).
+REPLAY_CASES = {
+    "mimo": ("mimo", 0.1, (TreeShape.chain(1), TreeShape.chain(3), TreeShape.chain(4), TreeShape.static(2, 2),
+                           TreeShape.static(3, 2))),
+    "mimo-noisy": ("mimo", 0.5, (TreeShape.chain(3), TreeShape.static(3, 2))),
+    "qwen3_5": ("qwen3_5", 0.1, (TreeShape.chain(3), TreeShape.static(3, 2))),
+}
+
+
+@pytest.mark.parametrize("case", list(REPLAY_CASES))
+def test_mtp_ranks_replay_the_engines_acceptance_in_fp64(mimo, tmp_path, case):
     """Per-depth ranks from batched teacher-forced MTP forwards give, replayed, exactly the tokens per step the
-    engine's MtpDrafter reaches: chains (recursive below the root) and static trees, with and without a map."""
-    target = load_target(mimo, dtype=torch.float64)
-    head = load_mtp_head(target, mimo)
+    engine's MtpDrafter reaches: chains (recursive below the root) and static trees, with and without a map. On the
+    noisy MiMo, replaying depth 1's ranks at every depth (a draft model's replay) does not: the control."""
+    family, noise, shapes = REPLAY_CASES[case]
+    root = mimo if case == "mimo" else save_mtp_checkpoint(tmp_path / case, family, vocab=VOCAB, noise=noise)
+    target = load_target(root, dtype=torch.float64)
+    head = load_mtp_head(target, root)
     token_map = TokenMap(list(range(0, VOCAB, 2)) + list(range(1, VOCAB // 2, 2)), VOCAB)
     outputs, _ = reference_outputs(target, None, PROMPTS, 24)
     ranks = mtp_ranks(target, head, mtp_vocabs(head, {72: token_map}), list(zip(PROMPTS, outputs)), 4)
     assert all(len(r) == 4 and all(len(d) == 24 for d in r) for r in ranks[None])
-    # the depths differ (recursive MTP reads its own features below the root), or replaying by depth tests nothing
-    assert any(r[0] != r[1] for r in ranks[None])
+    depth_one_differs = False
     for key, tm in ((None, None), (72, token_map)):
-        for shape in (TreeShape.chain(1), TreeShape.chain(3), TreeShape.chain(4), TreeShape.static(2, 2),
-                      TreeShape.static(3, 2)):
+        for shape in shapes:
             gen = build_generator(target, None, tm, shape.depth, eagle=head,
                                   tree=None if shape.kind == "chain" else shape)
             runs = [gen.generate(input_ids=torch.tensor([p]), max_new_tokens=24, sampling=SamplingParams())
@@ -68,6 +82,10 @@ def test_mtp_ranks_replay_the_engines_acceptance_in_fp64(mimo):
             per_step, _ = acceptance(ranks[key], shape, by_depth=True)
             assert per_step == pytest.approx(engine.acceptance_length), (key, str(shape))
             assert 1.0 < per_step < shape.depth + 1  # drafts both accepted and rejected
+            depth_one = acceptance([[r[0]] * 4 for r in ranks[key]], shape, by_depth=True)[0]
+            depth_one_differs |= depth_one != pytest.approx(engine.acceptance_length)
+    if case == "mimo-noisy":
+        assert depth_one_differs
 
 
 def test_mtp_base_costs_cover_every_width(mimo):
