@@ -3,7 +3,7 @@
 # `frspec bench --quick` with its bf16 rows (vanilla, the 0.5B draft model, FR-Spec with the 8k and 32k maps; every
 # greedy output checked against vanilla). Prints the elapsed time of each phase.
 #
-#   bash scripts/quickstart.sh                      # the quick table: ~15 minutes fresh on a 2-core CPU
+#   bash scripts/quickstart.sh                      # the quick table: 7 min fresh on a 2-core Xeon (README)
 #   bash scripts/quickstart.sh --full               # the whole --quick preset: also the int4 rows (int4 caches
 #                                                   # built from the GGUFs, ~8 minutes once), the llama.cpp peer row
 #                                                   # (a source build, ~10 minutes once) and the bf16/int8/int4 cost

@@ -33,3 +33,10 @@ def test_vllm_rows_are_eager_by_default_and_compiled_on_request(flag, eager):
     assert plan.batch_sizes == (1, 4, 16) and plan.vllm_compiled is (not eager)
     kwargs = _engine_kwargs(Method(VANILLA), "target", Drafters(), "float32", 256, 16, 0, plan.vllm_compiled)
     assert kwargs["enforce_eager"] is eager
+
+
+@pytest.mark.parametrize("distinct, batch, n", [(4, 1, 4), (4, 4, 4), (4, 16, 16), (6, 4, 8), (3, 2, 4)])
+def test_each_batch_size_decodes_every_prompt_once_in_whole_batches(distinct, batch, n):
+    from frspec.bench.vllm_runner import prompts_per_batch_size
+
+    assert prompts_per_batch_size(distinct, batch) == n

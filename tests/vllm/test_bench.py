@@ -15,19 +15,28 @@ def test_vllm_bench_runs_every_method_at_every_batch_size(tiny, tmp_path, monkey
     out = tmp_path / "out"
     argv = ["bench", "--engine", "vllm", "--target", tiny.target, "--draft", tiny.draft, "--dataset", str(prompts),
             "--num-prompts", "3", "--max-new-tokens", "10", "--num-spec-tokens", "2", "--token-map", tiny.token_map,
-            "--batch-sizes", "1,2", "--repeats", "1", "--dtype", "fp32", "--warmup-tokens", "2", "--out", str(out)]
+            "--batch-sizes", "1,2", "--repeats", "1", "--dtype", "fp32", "--warmup-tokens", "2", "--out", str(out),
+            "--vllm-full-row"]
     assert main(argv) == 0
     result = json.loads((out / "results.json").read_text())
     rows = {(r["label"], r["batch_size"]): r for r in result["rows"]}
-    assert set(rows) == {(m, b) for m in ("vanilla", "draft k=2", "fr-spec k=2 map=40") for b in (1, 2)}
+    labels = ("vanilla", "draft k=2", "fr-spec k=2 map=40", "fr-spec k=2 map=40 full-row")
+    assert set(rows) == {(m, b) for m in labels for b in (1, 2)}
     for b in (1, 2):
-        assert rows[("fr-spec k=2 map=40", b)]["greedy_identical"] == "yes"
+        for label in labels[2:]:
+            assert rows[(label, b)]["greedy_identical"] == "yes"
+            assert rows[(label, b)]["drafter_rows"] == [40]
+            assert rows[(label, b)]["speedup_vs_drafter"] > 0
         assert rows[("draft k=2", b)]["greedy_identical"] == "yes"
-        assert rows[("fr-spec k=2 map=40", b)]["drafter_rows"] == [40]
         assert rows[("draft k=2", b)]["drafter_rows"] is None
-        assert rows[("fr-spec k=2 map=40", b)]["speedup_vs_drafter"] > 0
+        # --vllm-full-row: the same map applied both ways on V1, each reported with the way it took.
+        assert rows[("fr-spec k=2 map=40", b)]["drafter_path"] == "compact"
+        assert rows[("fr-spec k=2 map=40 full-row", b)]["drafter_path"] == "full-row"
+        assert rows[("fr-spec k=2 map=40 full-row", b)]["full_row_vs_compact"] > 0
     assert result["divergences"] == []
-    assert "| fr-spec | 2 | 40 | 2 |" in (out / "results.md").read_text()
+    text = (out / "results.md").read_text()
+    assert "| fr-spec | 2 | 40 | 2 |" in text and "| fr-spec full-row | 2 | 40 | 2 |" in text
+    assert "Full Row vs Compact" in text
 
 
 @pytest.mark.parametrize("head, method, kept", [("eagle_head", "eagle", 40), ("eagle3_head", "eagle3", 20)])
@@ -56,7 +65,8 @@ def test_vllm_bench_eagle_rows_with_and_without_the_map(tiny, tmp_path, monkeypa
         assert rows[("eagle+fr-spec chain-2 map=40", b)]["drafter_rows"] == [kept]  # eagle3: map ∩ d2t
         assert rows[("eagle+fr-spec chain-2 map=40", b)]["drafts"] > 0
     generated = [len(t) for g in result["generations"] for t in g["token_ids"]]
-    assert len(generated) == 3 * 2 * 4 and sum(generated) > 3 * 2 * 4 * 2  # not just EOS at once
+    # Batch 1 decodes the 3 distinct prompts; batch 4 the 3 cycled up to one whole batch.
+    assert len(generated) == 3 * (3 + 4) and sum(generated) > 3 * (3 + 4) * 2  # not just EOS at once
     assert result["divergences"] == []
 
 

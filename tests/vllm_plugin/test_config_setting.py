@@ -86,3 +86,16 @@ def test_serve_gives_an_mtp_config_vllms_mtp_method(tmp_path):
     args = config_server_args(config, [])
     spec = json.loads(args[args.index("--speculative-config") + 1])
     assert spec == {"method": "mtp", "num_speculative_tokens": 3}  # vLLM drafts the tree's depth as a chain
+
+
+def test_v1_compact_setting_is_on_by_default_and_refuses_other_values(monkeypatch):
+    from frspec.errors import FrspecError
+    from frspec.vllm_plugin.settings import V1_COMPACT_ENV, v1_compact_path
+
+    monkeypatch.delenv(V1_COMPACT_ENV, raising=False)
+    assert v1_compact_path() is True
+    monkeypatch.setenv(V1_COMPACT_ENV, "0")
+    assert v1_compact_path() is False
+    monkeypatch.setenv(V1_COMPACT_ENV, "no")
+    with pytest.raises(FrspecError, match="FRSPEC_V1_COMPACT must be 0 or 1"):
+        v1_compact_path()

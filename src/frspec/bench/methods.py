@@ -67,6 +67,9 @@ class Method:
     # ranking: its smaller prefixes, itself, or no map) and, for a draft model's chain, the draft length too
     # (num_spec_tokens is then the longest it may draft, 0 = plain decoding included).
     auto: bool = False
+    # vLLM V1 only: draft through the full-vocabulary -inf row that every V2 speculator sees, instead of V1's compact
+    # path over the kept columns (FRSPEC_V1_COMPACT=0), to measure what the full row costs.
+    vllm_full_row: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -85,6 +88,8 @@ class Method:
             raise ValueError("a draft model's chain is tree=None with num_spec_tokens")
         if self.tree is not None and self.tree.depth != self.num_spec_tokens:
             raise ValueError("num_spec_tokens must be the tree's depth")
+        if self.vllm_full_row and self.token_map_size is None:
+            raise ValueError("the full-row path is a way to apply a token map")
         if (self.context_rows is None) != (self.context_budget is None):
             raise ValueError("context_rows and context_budget are set together")
         if self.context_rows is not None and self.kind not in WITHOUT_MAP:
@@ -122,7 +127,8 @@ class Method:
         shape = f"k={self.num_spec_tokens}" if self.tree is None else self.tree_label
         return (f"{prefix}{self.kind} {shape}"
                 + (f" map={self.token_map_size}" if self.token_map_size is not None else "")
-                + (f" {self.context_label}" if self.context_rows is not None else ""))
+                + (f" {self.context_label}" if self.context_rows is not None else "")
+                + (" full-row" if self.vllm_full_row else ""))
 
     @property
     def context_label(self) -> str | None:

@@ -122,6 +122,7 @@ class BenchPlan:
     batch_sizes: tuple[int, ...] = (1,)  # vLLM only
     repeats: int = 2  # vLLM only
     vllm_compiled: bool = False  # vLLM only: its default compilation instead of enforce_eager
+    vllm_full_row: bool = False  # vLLM only: each map row also through the full -inf row (FRSPEC_V1_COMPACT=0)
     progress: bool = True
     out: str = "bench-out"
     preset: str = "default"
@@ -227,6 +228,7 @@ def plan_bench(
     batch_sizes: Sequence[int] = (1,),
     repeats: int = 2,
     vllm_compiled: bool = False,
+    vllm_full_row: bool = False,
     progress: bool = True,
     out: str = "bench-out",
     command: str = "",
@@ -318,7 +320,7 @@ def plan_bench(
         llamacpp=(preset.llamacpp or (on_cpu and bool(rows))) and not no_llamacpp,
         row_costs=n_row_costs, row_cost_quants=preset.row_cost_quants,
         sampling=sampling, warmup_tokens=warmup_tokens, engine=engine, batch_sizes=tuple(batch_sizes),
-        repeats=repeats, vllm_compiled=vllm_compiled, progress=progress, out=str(out), preset="quick" if quick else "default", command=command,
+        repeats=repeats, vllm_compiled=vllm_compiled, vllm_full_row=vllm_full_row, progress=progress, out=str(out), preset="quick" if quick else "default", command=command,
     )
     _check(plan)
     return plan
@@ -335,6 +337,8 @@ def _check(plan: BenchPlan) -> None:
     plan.methods()  # the method lists check themselves
     if plan.quant_num_spec_tokens != "auto":
         plan_methods(plan.quant_num_spec_tokens, plan.quant_token_map_sizes, True)
+    if plan.vllm_full_row and plan.engine != "vllm":
+        raise FrspecError("--vllm-full-row compares vLLM's two ways to apply a map: it needs --engine vllm")
     if plan.engine == "vllm":
         if not plan.batch_sizes or min(plan.batch_sizes) < 1:
             raise FrspecError(f"--batch-sizes must be positive integers, got {plan.batch_sizes}")

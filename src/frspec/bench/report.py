@@ -109,7 +109,7 @@ def format_value(key: str, value: Any) -> str:
     if key == "chosen_depth_histogram":
         return "/".join(str(n) for n in value)
     if key in ("speedup_vs_vanilla", "speedup_vs_drafter", "speedup_vs_static_map", "speedup_vs_llamacpp",
-               "auto_vs_best_static"):
+               "auto_vs_best_static", "full_row_vs_compact"):
         return f"{value:.2f}x"
     if key == "lm_head_share":
         return f"{100 * value:.1f}%"

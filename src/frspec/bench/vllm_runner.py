@@ -16,7 +16,7 @@ import gc
 import os
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,6 +26,7 @@ from frspec.errors import FrspecError
 
 # Read by frspec.vllm_plugin in each vLLM process (named there too; bench sits beside the plugin, not above it).
 TOKEN_MAP_ENV = "FRSPEC_TOKEN_MAP"
+V1_COMPACT_ENV = "FRSPEC_V1_COMPACT"
 VLLM_DTYPES = ("auto", "bf16", "fp16", "fp32")  # names as models/loading.py reads them; auto is bf16 here
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens")
 
@@ -70,6 +71,7 @@ class EngineRun:
     round: int
     startup_s: float
     drafter_rows: list[int] | None
+    drafter_path: str | None = None  # "compact" or "full-row" (V1's two ways to apply the map); None: no map
     batches: list[Batch] = field(default_factory=list)
 
 
@@ -89,12 +91,20 @@ def _latency(output, wall_s: float) -> float:
     return wall_s
 
 
+def _worker_drafter(worker):
+    runner = worker.model_runner if hasattr(worker, "model_runner") else worker.worker.model_runner
+    return getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
+
+
 def _drafter_rows(worker) -> int | None:
     """Run in each vLLM worker: how many LM-head rows its FR-Spec heads score (None: FR-Spec is off there)."""
-    runner = worker.model_runner if hasattr(worker, "model_runner") else worker.worker.model_runner
-    drafter = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
-    heads = getattr(drafter, "frspec_heads", None)
+    heads = getattr(_worker_drafter(worker), "frspec_heads", None)
     return None if not heads else sum(h.vocab.size for h in heads)
+
+
+def _drafter_path(worker) -> str | None:
+    """Run in each vLLM worker: "compact" or "full-row", how its drafter applies the map (None: FR-Spec off)."""
+    return getattr(_worker_drafter(worker), "frspec_path", None)
 
 
 @dataclass(frozen=True)
@@ -136,8 +146,14 @@ def repeat_to(encoded: list[tuple[str, list[int]]], n: int) -> list[tuple[str, l
     return out
 
 
+def prompts_per_batch_size(distinct: int, batch_size: int) -> int:
+    """How many prompts a batch size decodes: every distinct prompt once, cycled up to whole batches (so batch 1
+    does not decode the repeats a batch of 16 needs)."""
+    return -(-max(distinct, batch_size) // batch_size) * batch_size
+
+
 def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: str | None, prompts, batch_sizes,
-               max_new_tokens: int, warmup_tokens: int, say) -> EngineRun:
+               max_new_tokens: int, warmup_tokens: int, say, distinct: int | None = None) -> EngineRun:
     """Start one engine (with FR-Spec iff `map_file`), warm it up, measure every batch size, shut it down."""
     from vllm import LLM, SamplingParams
 
@@ -145,6 +161,7 @@ def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: st
         os.environ.pop(TOKEN_MAP_ENV, None)
     else:
         os.environ[TOKEN_MAP_ENV] = map_file
+    os.environ[V1_COMPACT_ENV] = "0" if method.vllm_full_row else "1"
     start = time.perf_counter()
     llm = LLM(**kwargs)
     try:
@@ -153,12 +170,17 @@ def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: st
         if (map_file is None) != (run.drafter_rows is None):
             raise FrspecError(f"{method.label}: the frspec vLLM plugin is {'not ' if map_file else ''}active in the "
                               "engine (is frspec installed in vLLM's environment?)")
+        paths = {p for p in llm.collective_rpc(_drafter_path) if p is not None}
+        run.drafter_path = ",".join(sorted(paths)) or None
+        if method.vllm_full_row and paths != {"full-row"}:
+            raise FrspecError(f"{method.label}: the engine's drafter used the {run.drafter_path} path, not the full row")
         greedy = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
         llm.generate([{"prompt_token_ids": prompts[0][1]}], SamplingParams(temperature=0.0, max_tokens=warmup_tokens),
                      use_tqdm=False)
         for b in batch_sizes:
-            for i in range(0, len(prompts), b):
-                chunk = prompts[i:i + b]
+            these = prompts[:prompts_per_batch_size(distinct or len(prompts), b)]
+            for i in range(0, len(these), b):
+                chunk = these[i:i + b]
                 before = _counters(llm)
                 t0 = time.perf_counter()
                 outs = llm.generate([{"prompt_token_ids": ids} for _, ids in chunk], greedy, use_tqdm=False)
@@ -177,6 +199,7 @@ def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: st
         del llm
         gc.collect()
         os.environ.pop(TOKEN_MAP_ENV, None)
+        os.environ.pop(V1_COMPACT_ENV, None)
 
 
 def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes: Sequence[int],
@@ -196,7 +219,7 @@ def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes:
             throughput[(m, b)] = statistics.median(rates)
             drafts, accepted = sum(bt.drafts for bt in batches), sum(bt.accepted for bt in batches)
             rows.append({
-                "label": m.label, "method": m.kind, "num_spec_tokens": m.num_spec_tokens,
+                "label": m.label, "method": m.kind + (" full-row" if m.vllm_full_row else ""), "num_spec_tokens": m.num_spec_tokens,
                 "token_map_size": m.token_map_size, "batch_size": b,
                 "acceptance_length": 1.0 if m.kind == VANILLA else (1 + accepted / drafts if drafts else None),
                 "tokens_per_s": throughput[(m, b)],
@@ -205,6 +228,7 @@ def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes:
                 "greedy_identical": "reference" if m.kind == VANILLA else (
                     "yes" if not divergent.get((m, b)) else f"{len(divergent[(m, b)])} differ"),
                 "drafter_rows": next((r.drafter_rows for r in runs if r.method == m), None),
+                "drafter_path": next((r.drafter_path for r in runs if r.method == m), None),
                 "startup_s": statistics.median([r.startup_s for r in runs if r.method == m]),
                 "tokens": sum(len(t) for bt in batches for t in bt.token_ids),
                 "drafts": drafts, "accepted_tokens": accepted,
@@ -214,6 +238,9 @@ def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes:
         base = m.same_drafter_without_frspec
         row["speedup_vs_vanilla"] = throughput[(m, b)] / vanilla if vanilla and m.kind != VANILLA else None
         row["speedup_vs_drafter"] = throughput[(m, b)] / throughput[(base, b)] if base in methods else None
+        compact = replace(m, vllm_full_row=False)
+        row["full_row_vs_compact"] = (throughput[(m, b)] / throughput[(compact, b)]
+                                      if m.vllm_full_row and compact in methods else None)
     return rows
 
 
@@ -251,6 +278,7 @@ COLUMNS = [("method", "Method"), ("num_spec_tokens", "Num Spec Tokens"), ("token
            ("tokens_per_s", "Throughput (tokens/s)"), ("latency_s", "Per-Request Latency (s)"),
            ("speedup_vs_vanilla", "Speedup vs Vanilla"), ("speedup_vs_drafter", "Speedup vs Same Drafter w/o FR-Spec"),
            ("greedy_identical", "Greedy Identical")]
+FULL_ROW_COLUMN = ("full_row_vs_compact", "Full Row vs Compact")  # only with --vllm-full-row
 
 
 def _loads(values: Sequence[float]) -> str:
@@ -272,16 +300,17 @@ def markdown(payload: dict[str, Any]) -> str:
              + (f"; load average (1/5/15 min) {_loads(meta['load_average_start'])} at the start, "
                 f"{_loads(meta['load_average_end'])} at the end" if meta.get("load_average_start") else ""),
              f"- Prompts: {meta['num_prompts']} from {meta['dataset']}"
-             + (f" ({meta['distinct_prompts']} distinct, repeated to fill the largest batch)"
+             + (f" ({meta['distinct_prompts']} distinct, each batch size decoding each once, cycled up to whole batches)"
                 if meta.get("distinct_prompts", meta["num_prompts"]) < meta["num_prompts"] else "")
              + f"; max new tokens: {meta['max_new_tokens']}; "
              f"greedy; {meta['repeats']} rounds (medians shown); command: `{meta['command']}`",
              f"- Token maps: {meta['token_maps_source']}", ""]
-    lines.append("| " + " | ".join(name for _, name in COLUMNS) + " |")
-    lines.append("|:---|" + "---:|" * (len(COLUMNS) - 1))
+    columns = COLUMNS + ([FULL_ROW_COLUMN] if meta.get("full_row_twins") else [])
+    lines.append("| " + " | ".join(name for _, name in columns) + " |")
+    lines.append("|:---|" + "---:|" * (len(columns) - 1))
     for row in payload["rows"]:
         cells = [f"{row[key]:.2f}" if key in ("tokens_per_s", "latency_s") and row.get(key) is not None
-                 else format_value(key, row.get(key)) for key, _ in COLUMNS]
+                 else format_value(key, row.get(key)) for key, _ in columns]
         lines.append("| " + " | ".join(cells) + " |")
     if payload["divergences"]:
         lines += ["", "Greedy outputs that differ from vanilla vLLM's (method, batch, round, prompt, position, "
@@ -346,6 +375,9 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
         eagle_sizes = tuple(token_maps) if plan.eagle else ()
     methods = plan_methods(plan.num_spec_tokens, sorted(sizes), has_draft=draft_dir is not None,
                            eagle_tree_shapes=plan.eagle_tree_shapes, eagle_token_map_sizes=sorted(eagle_sizes))
+    if plan.vllm_full_row:  # each map row twice: V1's compact path, and the full -inf row V2 speculators use
+        methods = [v for m in methods
+                   for v in ((m, replace(m, vllm_full_row=True)) if m.token_map_size is not None else (m,))]
     out = Path(plan.out)
     map_files = {}
     for k, tm in token_maps.items():  # the files the engines' plugin reads
@@ -354,7 +386,7 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
         tm.save(map_files[k], format="frspec")
     encoded = [(p.id, encode_prompt(tokenizer, p)) for p in prompts]
     distinct = len(encoded)
-    encoded = repeat_to(encoded, max(batch_sizes))
+    encoded = repeat_to(encoded, max(prompts_per_batch_size(distinct, b) for b in batch_sizes))
     if len(encoded) > distinct:
         say(f"the largest batch ({max(batch_sizes)}) needs more prompts than the {distinct} chosen: "
             f"repeating them up to {len(encoded)}")
@@ -371,7 +403,7 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
             kwargs = _engine_kwargs(m, target_dir, drafters, dtype, max_model_len, max(batch_sizes), plan.sampling.seed,
                                     plan.vllm_compiled)
             runs.append(run_engine(m, r, kwargs, map_files.get(m.token_map_size), encoded, batch_sizes,
-                                   plan.max_new_tokens, plan.warmup_tokens, say))
+                                   plan.max_new_tokens, plan.warmup_tokens, say, distinct))
     divergences = find_divergences(runs, dict(encoded), target_dir, plan.dtype)
     divergent: dict[tuple[Method, int], set[str]] = {}
     for d in divergences:
@@ -387,7 +419,7 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
                  "num_prompts": len(encoded), "distinct_prompts": distinct,
                  "prompt_ids": [pid for pid, _ in encoded],
                  "max_new_tokens": plan.max_new_tokens, "batch_sizes": list(batch_sizes),
-                 "repeats": plan.repeats, "compiled": plan.vllm_compiled, "token_maps_source": maps_source,
+                 "repeats": plan.repeats, "compiled": plan.vllm_compiled, "full_row_twins": plan.vllm_full_row, "token_maps_source": maps_source,
                  "vocab_size": vocab_size,
                  "run_time_s": time.perf_counter() - start,
                  "load_average_start": load_start, "load_average_end": list(os.getloadavg())},

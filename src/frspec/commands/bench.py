@@ -144,6 +144,8 @@ def register(subparsers) -> None:
     p.add_argument("--repeats", type=int, default=2, help="--engine vllm: rounds of all methods (default: %(default)s)")
     p.add_argument("--vllm-compiled", action="store_true",
                    help="--engine vllm: vLLM's default compilation (torch.compile) instead of enforce_eager")
+    p.add_argument("--vllm-full-row", action="store_true",
+                   help="--engine vllm: each map row twice, V1's compact path and the full -inf row V2 drafts over")
     add_config_option(p, "a decode config (`frspec tune` writes one): its target, draft, dtype and quantization "
                          "unless given, and its configuration as a row (with the same drafter without a map); "
                          "without --num-spec-tokens / --token-map-sizes, only those rows and vanilla")
@@ -156,7 +158,7 @@ PLAN_OPTIONS = (
     "dataset", "field", "num_prompts", "max_new_tokens", "num_spec_tokens", "token_map_sizes", "draft_tree_shapes",
     "tree_shapes", "eagle_token_map_sizes", "context_rows", "context_budgets", "token_map", "counts",
     "token_map_source", "quant_rows", "quant_num_spec_tokens", "quant_token_map_sizes", "quant_draft_head",
-    "no_llamacpp", "row_costs", "warmup_tokens", "engine", "batch_sizes", "repeats", "vllm_compiled", "out", "auto",
+    "no_llamacpp", "row_costs", "warmup_tokens", "engine", "batch_sizes", "repeats", "vllm_compiled", "vllm_full_row", "out", "auto",
 )
 
 

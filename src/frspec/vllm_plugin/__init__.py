@@ -9,6 +9,8 @@ pyproject.toml. It does nothing unless a token map is configured:
                                              tokens (prompts and generated), batch_context.py
     FRSPEC_CONTEXT_BUDGET=fixed|additive     the N rows displace the map's least frequent ones (fixed, default) or
                                              come on top of the map (additive)
+    FRSPEC_V1_COMPACT=1|0                    V1 runner: draft over the kept columns (1, default) or over the full
+                                             -inf row every V2 speculator uses (0: measures that row's cost)
 
 With a map, for `draft_model`, `eagle` (EAGLE-1/2), `eagle3` and `mtp` speculation, on vLLM's V1 and V2 runners:
   - `register()` refuses a vLLM that lacks a symbol the plugin uses (internals.py), in one line;
@@ -27,10 +29,11 @@ from __future__ import annotations
 def register() -> None:
     """vLLM's entry point: check that this vLLM has every symbol the plugin uses, then install the start-up check,
     the drafter install and the workers' confirmation (nothing without a map)."""
-    from frspec.vllm_plugin.settings import context_setting, token_map_path
+    from frspec.vllm_plugin.settings import context_setting, token_map_path, v1_compact_path
 
     if token_map_path() is None:
         return  # no map: nothing of vLLM is changed, nothing is imported
+    v1_compact_path()  # a bad FRSPEC_V1_COMPACT is one line here, not inside a worker
     from frspec.vllm_plugin import internals
     from frspec.vllm_plugin.batch_context import hook_runner_drafting
     from frspec.vllm_plugin.drafter_hook import hook_model_loading

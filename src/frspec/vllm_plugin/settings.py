@@ -31,6 +31,16 @@ def configured() -> DecodeConfig | None:
     return DecodeConfig.load(path) if path else None
 CONTEXT_ROWS_ENV = "FRSPEC_CONTEXT_ROWS"
 CONTEXT_BUDGET_ENV = "FRSPEC_CONTEXT_BUDGET"
+V1_COMPACT_ENV = "FRSPEC_V1_COMPACT"
+
+
+def v1_compact_path() -> bool:
+    """FRSPEC_V1_COMPACT: 1 (default) lets V1 proposers argmax and sample over the kept columns (compact_path.py);
+    0 makes them use the full-vocabulary -inf row, as every V2 speculator does (for measuring that row's cost)."""
+    text = (os.environ.get(V1_COMPACT_ENV) or "1").strip()
+    if text not in ("0", "1"):
+        raise FrspecError(f"{V1_COMPACT_ENV} must be 0 or 1, got {text!r}")
+    return text == "1"
 
 
 def token_map_path() -> str | None:

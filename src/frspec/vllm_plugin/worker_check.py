@@ -20,7 +20,7 @@ from frspec.vllm_plugin import internals
 from frspec.vllm_plugin.batch_context import BatchContextRows
 from frspec.vllm_plugin.compact_path import use_compact_path
 from frspec.vllm_plugin.pruned_logits import pruned_logits_of
-from frspec.vllm_plugin.settings import context_setting, token_map_path
+from frspec.vllm_plugin.settings import context_setting, token_map_path, v1_compact_path
 
 # Where each runner keeps its drafter (a V1 proposer or a V2 speculator, both with the draft model as `.model`).
 RUNNERS = {
@@ -94,8 +94,10 @@ def confirm_pruned_head(runner: Any, runner_kind: str) -> None:
         if len(heads) != 1:
             raise refusal(runner_kind, drafter, model, f"context-aware rows need one LM head, it has {len(heads)}")
         drafter.frspec_context = BatchContextRows(heads[0].vocab)  # updated by the runner hook between steps
-    compact = runner_kind.startswith("V1") and len(heads) == 1 and use_compact_path(drafter, heads[0])
+    compact = (runner_kind.startswith("V1") and len(heads) == 1 and v1_compact_path()
+               and use_compact_path(drafter, heads[0]))
     drafter.frspec_heads = heads
+    drafter.frspec_path = "compact" if compact else "full-row"  # what the bench reports (FRSPEC_V1_COMPACT)
     internals.get("vllm.logger", "init_logger")("vllm.frspec").info(
         "FR-Spec confirmed before serving: runner %s, drafter %s (%s), %d pruned LM head(s), %s path",
         runner_kind.split("-")[0], type(drafter).__name__, type(model).__name__, len(heads),
