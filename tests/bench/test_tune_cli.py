@@ -137,8 +137,9 @@ def test_cli_bench_refuses_a_config_map_that_clashes(tiny_dirs, tmp_path, capsys
 
 
 def test_cli_tune_notes_a_targets_mtp_layers(tiny_dirs, tmp_path, capsys):
-    """tune measures draft models only; a target carrying MTP layers is detected (from its tensor names) and the
-    note says where they are measured. A draft of another vocabulary then stops the run before any measurement."""
+    """With --draft, a target carrying MTP layers is detected (from its tensor names) and the note says that --mtp
+    (or no --draft) tunes them (tests/tune/test_mtp_tune.py). A draft of another vocabulary then stops the run
+    before any measurement."""
     from tests.bench.conftest import make_tokenizer
     from tests.decode.mtp_tiny import save_mtp_checkpoint
     from tests.decode.spec_tiny import tiny_lm
@@ -152,7 +153,7 @@ def test_cli_tune_notes_a_targets_mtp_layers(tiny_dirs, tmp_path, capsys):
                  "--threads", "1", "--out", str(tmp_path / "t.json")])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    assert "carries 1 MTP layer(s) (mimo layout); tune measures draft models only: `frspec bench --mtp`" in err
+    assert "carries 1 MTP layer(s) (mimo layout); --mtp (or no --draft) tunes them instead of the draft model" in err
     assert not (tmp_path / "t.json").exists()
 
     code = main(["tune", "--target", str(tiny_dirs[0]), "--draft", str(other), "--dtype", "fp32", "--num-prompts",

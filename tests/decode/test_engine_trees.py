@@ -253,10 +253,10 @@ def test_bad_tree_and_eagle_combinations_are_refused():
         build_generator(target, tree=TreeShape.chain(2))
     with pytest.raises(FrspecError, match="vocabulary"):
         build_generator(target, eagle=head, token_map=TokenMap([1, 2], VOCAB + 1))
-    windowed = tiny_lm("qwen2", VOCAB, seed=0)
-    windowed.config.layer_types = ["sliding_attention", "full_attention"]
-    with pytest.raises(FrspecError, match="sliding_attention"):
-        build_generator(windowed, target, tree=TreeShape.static(2, 2))
+    chunked = tiny_lm("qwen2", VOCAB, seed=0)  # sliding windows take trees (test_gemma3.py); chunked layers do not
+    chunked.config.layer_types = ["chunked_attention", "full_attention"]
+    with pytest.raises(FrspecError, match="chunked_attention"):
+        build_generator(chunked, target, tree=TreeShape.static(2, 2))
 
 
 @pytest.fixture(scope="module")

@@ -103,8 +103,11 @@ def test_sampling_a_tree_on_cuda_passes_the_device_to_every_draw():
         assert len(out.token_ids) == 12
 
 
-def test_keep_path_gathers_only_plain_full_attention_layers():
+def test_keep_path_gathers_full_and_sliding_layers_only():
+    """A sliding-window layer is gathered like a full one (Gemma 3 end to end: test_gemma3.py); a layer of another
+    kind is refused before any layer is changed."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers.cache_utils import DynamicIndexedLayer, DynamicSlidingWindowLayer
 
     cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=16,
@@ -115,10 +118,18 @@ def test_keep_path_gathers_only_plain_full_attention_layers():
     with torch.no_grad():
         model(input_ids=torch.tensor([PROMPT]), cache=cache, use_cache=True)
     assert kv_cache.cache_length(cache) == len(PROMPT)
-    with pytest.raises(FrspecError, match="cannot drop tree entries"):
-        kv_cache.keep_path(cache, 2, [0, 2])  # not a prefix: a gather, refused for the sliding-window layer
+    assert any(type(layer) is DynamicSlidingWindowLayer for layer in cache.layers)
+    keys = [layer.keys.clone() for layer in cache.layers]
+    kv_cache.keep_path(cache, 2, [0, 2])  # not a prefix: a gather, in the full and the sliding layer
+    assert kv_cache.cache_length(cache) == 4
+    for layer, before in zip(cache.layers, keys):
+        assert torch.equal(layer.keys, before[:, :, [0, 1, 2, 4]])
     kv_cache.keep_path(cache, 2, [0, 1])  # a prefix: a crop, which every layer supports
     assert kv_cache.cache_length(cache) == 4
+    cache.layers.append(DynamicIndexedLayer())
+    with pytest.raises(FrspecError, match="cannot drop tree entries"):
+        kv_cache.keep_path(cache, 2, [0, 2])
+    assert kv_cache.cache_length(cache) == 4  # nothing changed
 
 
 def test_an_eagle_head_needs_an_attention_that_applies_tree_masks():

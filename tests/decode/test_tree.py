@@ -10,7 +10,7 @@ from frspec.decode.kv_cache import keep_cache_entries
 from frspec.decode.token_tree import TokenTree, check_tree_support
 from frspec.decode.tree_growth import grow_tree
 from frspec.decode.tree_shape import TreeShape
-from frspec.models.attention import additive_mask, causal_mask
+from frspec.models.attention import additive_mask, causal_mask, check_arbitrary_masks
 from frspec.vocab.draft_vocab import DraftVocab
 
 GREEDY = SamplingParams()
@@ -274,9 +274,19 @@ def test_keep_cache_entries_checks_indices():
     assert cache.get_seq_length() == 4
 
 
-def test_models_with_sliding_window_layers_are_refused():
+def test_tree_support_takes_sliding_windows_and_refuses_other_layers():
+    """Sliding-window layers take trees (their own mask: models/attention.layer_masks; Gemma 3 end to end in
+    test_gemma3.py); chunked layers and a window on every layer without layer types (Mistral-style) are refused."""
     check_tree_support(tiny_qwen2())
     cfg = Qwen2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, use_sliding_window=True, sliding_window=8, max_window_layers=0)
-    with pytest.raises(FrspecError, match="sliding_attention"):
+    check_tree_support(Qwen2ForCausalLM(cfg), "the target")
+    cfg.layer_types = ["chunked_attention", "full_attention"]
+    with pytest.raises(FrspecError, match="chunked_attention"):
         check_tree_support(Qwen2ForCausalLM(cfg), "the target")
+    from transformers import MistralConfig
+
+    mistral = MistralConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, sliding_window=8)
+    with pytest.raises(FrspecError, match="every layer"):
+        check_arbitrary_masks(mistral, "the target")

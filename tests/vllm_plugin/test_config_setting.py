@@ -78,6 +78,16 @@ def test_serve_fills_in_the_model_and_the_draft_length(config_file):
     assert config_server_args(config, given) == given  # vLLM's own options win
 
 
+def test_serve_gives_an_mtp_config_vllms_mtp_method(tmp_path):
+    from frspec.commands.serve import config_server_args
+
+    (tmp_path / "config.json").write_text("{}")
+    config = DecodeConfig(target=str(tmp_path), mtp=True, tree="static-3x2")
+    args = config_server_args(config, [])
+    spec = json.loads(args[args.index("--speculative-config") + 1])
+    assert spec == {"method": "mtp", "num_speculative_tokens": 3}  # vLLM drafts the tree's depth as a chain
+
+
 def test_v1_compact_setting_is_on_by_default_and_refuses_other_values(monkeypatch):
     from frspec.errors import FrspecError
     from frspec.vllm_plugin.settings import V1_COMPACT_ENV, v1_compact_path

@@ -256,6 +256,12 @@ def plan_bench(
     eagle_sizes: tuple[int, ...] = ()
     draft_shapes = (TreeShape.parse_list(draft_tree_shapes, "--draft-tree-shapes")
                     if draft_tree_shapes is not None else ())
+    if config is not None and config.mtp and eagle is not None and eagle != MTP_HEAD:
+        raise FrspecError("the config drafts with the target's own MTP layers: drop --eagle HEAD (or give --config "
+                          "a config of that head)")
+    if config is not None and config.mtp and config.shape is not None and eagle is None:
+        mtp = True  # the config's rows are drafted by the target's MTP layers: only those unless a grid is given
+        preset = dataclasses.replace(preset, eagle_tree_shapes=(), eagle_token_map_sizes=())
     if mtp:
         if eagle is not None:
             raise FrspecError("--mtp drafts in the EAGLE rows' place, with the target's own MTP layers: give --mtp or "

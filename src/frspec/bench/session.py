@@ -168,6 +168,7 @@ def _measure_row_costs(section: Section, plan: BenchPlan, say) -> dict[str, dict
 def _run_section(section: Section, plan: BenchPlan, prompts, say) -> tuple[Any, dict[str, Any]]:
     """Token maps, the method plan and the interleaved run for one section: (BenchResult, its metadata)."""
     from frspec.bench.datasets import encode_prompt
+    from frspec.bench.eagle_heads import MTP_HEAD
     from frspec.bench.runner import run_benchmark
     from frspec.models.loading import check_context_length, check_same_vocab, vocab_size_of
     from frspec.models.tokenizer import load_tokenizer
@@ -191,7 +192,8 @@ def _run_section(section: Section, plan: BenchPlan, prompts, say) -> tuple[Any, 
         eagle_token_map_sizes=sorted(eagle_sizes), auto=plan.auto, head_kind=plan.head_kind,
     )
     config = plan.config
-    if config is not None and config.shape is not None and section.draft is not None:
+    if config is not None and config.shape is not None and (
+            section.eagle is not None and section.eagle_spec == MTP_HEAD if config.mtp else section.draft is not None):
         token_maps, methods = with_config_rows(config, token_maps, methods, tokenizer, vocab_size)
     methods = add_context_methods(methods, plan.context_rows, plan.context_budgets)
     for quant in section.quantized:
@@ -237,14 +239,16 @@ def _run_section(section: Section, plan: BenchPlan, prompts, say) -> tuple[Any, 
 
 
 def with_config_rows(config, token_maps: dict, methods: list, tokenizer, vocab_size: int) -> tuple[dict, list]:
-    """The bench's maps and methods plus the config's configuration and the same drafter without its map. The
-    config's map joins the maps; a different map of the same size already there is refused, not replaced."""
-    from frspec.bench.methods import DRAFT, FRSPEC, Method
+    """The bench's maps and methods plus the config's configuration and the same drafter without its map (a draft
+    model, or the target's MTP layers for an "mtp" config). The config's map joins the maps; a different map of the
+    same size already there is refused, not replaced."""
+    from frspec.bench.methods import DRAFT, FRSPEC, MTP, MTP_FRSPEC, Method
     from frspec.vocab.token_map import TokenMap
     from frspec.vocab.tokenizer_identity import tokenizer_identity
 
     size = config.token_map_size
-    rows = [Method.drafting(DRAFT, config.shape)]
+    plain, mapped = (MTP, MTP_FRSPEC) if config.mtp else (DRAFT, FRSPEC)
+    rows = [Method.drafting(plain, config.shape)]
     if size is not None:
         token_map = TokenMap.load(config.token_map_path, vocab_size=vocab_size)
         token_map.check_tokenizer(tokenizer_identity(tokenizer), vocab_size)
@@ -257,7 +261,7 @@ def with_config_rows(config, token_maps: dict, methods: list, tokenizer, vocab_s
                               f"same size {size}; drop {size} from --token-map-sizes")
         token_map.metadata.setdefault("file", str(config.token_map_path))
         token_maps = {**token_maps, size: token_map}
-        rows.append(Method.drafting(FRSPEC, config.shape, size))
+        rows.append(Method.drafting(mapped, config.shape, size))
     return token_maps, list(methods) + [m for m in rows if m not in methods]
 
 

@@ -173,6 +173,8 @@ def plan_from_args(args: argparse.Namespace):
 
     config = load_config(args)
     apply_models(args, config)
+    if config is not None and config.mtp and args.mtp and args.draft is None:
+        args.draft = "none"  # the config drafts with the target's MTP layers: no draft-model rows by default
     if args.mix is not None:
         if args.dataset is not None:
             raise FrspecError("give --dataset or --mix, not both")

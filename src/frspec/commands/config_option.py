@@ -5,7 +5,7 @@ last in a command's `register`, so that the defaults it records are the command'
 
     add_config_option(parser, "...")           # records the parser's defaults of the options a config can set
     config = load_config(args)                  # None without --config
-    apply_models(args, config)                  # target, draft, dtype, quant, context rows
+    apply_models(args, config)                  # target, draft (or --mtp), dtype, quant, context rows
     apply_drafting(args, config)                # generate only: the token map and the drafted shape
 """
 
@@ -48,6 +48,9 @@ def apply_models(args: argparse.Namespace, config: DecodeConfig | None) -> None:
     for dest, value in values.items():
         if value is not None and _unset(args, dest):
             setattr(args, dest, value)
+    # The target's own MTP layers, unless the command line names another drafter.
+    if config.mtp and hasattr(args, "mtp") and not getattr(args, "draft", None) and not getattr(args, "eagle", None):
+        args.mtp = True
 
 
 def apply_drafting(args: argparse.Namespace, config: DecodeConfig | None) -> None:

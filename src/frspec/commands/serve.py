@@ -92,8 +92,9 @@ def _given(vllm_args: list[str], option: str) -> bool:
 
 
 def config_server_args(config, vllm_args: list[str]) -> list[str]:
-    """vLLM's options plus the config's target (`--model`) and draft (`--speculative-config`) where absent. vLLM's
-    draft_model proposer drafts chains: a tree config gives its depth (the plugin logs the difference)."""
+    """vLLM's options plus the config's target (`--model`) and draft (`--speculative-config`: a draft_model, or for
+    an "mtp" config vLLM's mtp method) where absent. vLLM's proposers draft chains: a tree config gives its depth
+    (the plugin logs the difference)."""
     import json
 
     from frspec.models.loading import resolve_model_dir
@@ -102,8 +103,11 @@ def config_server_args(config, vllm_args: list[str]) -> list[str]:
     if not _given(vllm_args, "--model"):
         extra += ["--model", str(resolve_model_dir(config.target))]
     if config.shape is not None and not _given(vllm_args, "--speculative-config"):
-        spec = {"method": "draft_model", "model": str(resolve_model_dir(config.draft)),
-                "num_speculative_tokens": config.shape.depth}
+        if config.mtp:  # the target's own MTP layers: vLLM's MTP proposer
+            spec = {"method": "mtp", "num_speculative_tokens": config.shape.depth}
+        else:
+            spec = {"method": "draft_model", "model": str(resolve_model_dir(config.draft)),
+                    "num_speculative_tokens": config.shape.depth}
         extra += ["--speculative-config", json.dumps(spec)]
     return extra + list(vllm_args)
 

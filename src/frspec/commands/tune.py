@@ -2,6 +2,7 @@
 
     frspec tune --quick                                  # ~5 minutes on a 2-core CPU with the default pair
     frspec tune --dataset code --out frspec-tune.json --report tune-out
+    frspec tune --target DIR --mtp                       # the target checkpoint's own MTP layers as the drafter
     frspec generate --config frspec-tune.json --prompt "..."
     frspec bench --config frspec-tune.json --quick
 
@@ -11,6 +12,10 @@ throughput for no map and each map x chain lengths 1..5 x small static trees, co
 interleaved bench (bench/runner.py, greedy outputs checked against vanilla) and writes the measured best as a
 config file (decode/decode_config.py) that `generate`, `bench` and the vLLM plugin (FRSPEC_CONFIG) read.
 Greedy decoding only: acceptance is measured against the target's greedy tokens.
+
+With --mtp (or, without --draft, when the target checkpoint carries MTP layers) the drafter is the target's own
+MTP layers (models/mtp.py): acceptance per draft depth from the MTP head over the target's hidden states
+(tune/mtp_measure.py), the MTP layer's forward cost and the shared head's per map, and the config says "mtp": true.
 """
 
 from __future__ import annotations
@@ -57,7 +62,11 @@ def register(subparsers) -> None:
                    help=f"small calibration: {QUICK.num_prompts} prompts x {QUICK.max_new_tokens} tokens, confirmed "
                         f"on {QUICK.confirm_prompts} x {QUICK.confirm_tokens} (explicit options still override)")
     p.add_argument("--target", default=None, help="target model (default: qwen2.5-coder-1.5b-instruct)")
-    p.add_argument("--draft", default=None, help="draft model (default: qwen2.5-coder-0.5b-instruct)")
+    p.add_argument("--draft", default=None, help="draft model (default: qwen2.5-coder-0.5b-instruct, or the "
+                   "target's MTP layers when its checkpoint carries them)")
+    p.add_argument("--mtp", action="store_true",
+                   help="tune drafting with the MTP layers the --target checkpoint carries (DeepSeek-V3, GLM-4.5, "
+                        "Qwen3-Next/3.5, MiMo layouts, detected from its weights; a local directory)")
     p.add_argument("--dataset", default=None, help="calibration prompts, as `frspec bench --dataset` (default: mtbench)")
     p.add_argument("--field", default="prompt", help="JSONL field holding the prompt (default: %(default)s)")
     p.add_argument("--num-prompts", type=int, default=None,
@@ -107,7 +116,9 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     if args.top < 1:
         raise FrspecError(f"--top must be >= 1, got {args.top}")
     if args.draft is not None and args.draft.lower() == "none":
-        raise FrspecError("frspec tune picks a drafting configuration: it needs a --draft model")
+        raise FrspecError("frspec tune picks a drafting configuration: it needs a --draft model (or --mtp)")
+    if args.mtp and args.draft is not None:
+        raise FrspecError("--mtp tunes the target's own MTP layers: give it without --draft")
     if args.token_map and args.counts:
         raise FrspecError("use either --token-map files or --counts, not both")
     if any(k < 1 for k in args.token_map_sizes) or len(set(args.token_map_sizes)) != len(args.token_map_sizes):
@@ -135,8 +146,10 @@ def _write_config(args, result, token_maps, target_spec: str, draft_spec: str, d
     row = next(r for r in comparison_rows(result) if r["picked"])
     best_no_map = max((c for c in result.confirmed if c.shape is not None and c.map_size is None),
                       key=lambda c: result.measured_tokens_per_s(c) or 0.0, default=None)
+    mtp = draft_spec is None  # the target's own MTP layers
     config = DecodeConfig(
-        target=target_spec, draft=draft_spec if pick.shape is not None else None, dtype=dtype,
+        target=target_spec, draft=draft_spec if pick.shape is not None else None, mtp=mtp and pick.shape is not None,
+        dtype=dtype,
         quant=args.quant, draft_quant=args.draft_quant, token_map_size=pick.map_size, token_map_path=map_path,
         tree=None if pick.shape is None else str(pick.shape), context_rows=args.context_rows,
         context_budget=args.context_budget,
@@ -163,15 +176,13 @@ def _costs_record(result, token_maps) -> dict:
     return costs.to_dict()
 
 
-def _note_mtp_layers(target_dir, target, say) -> None:
-    """A note when the target checkpoint carries MTP layers: tune measures draft models only (found from the
-    checkpoint's tensor names, no weights read)."""
+def _mtp_layout(target_dir, target):
+    """The MTP layers the target checkpoint carries (from its tensor names, no weights read), or None."""
     from frspec.models.mtp import detect_mtp
 
-    layout = detect_mtp(target_dir, int(target.config.get_text_config(decoder=True).num_hidden_layers))
-    if layout is not None:
-        say(f"note: the target carries {layout.num_layers} MTP layer(s) ({layout.family} layout); tune measures "
-            "draft models only: `frspec bench --mtp` benchmarks the MTP layers with and without maps")
+    if not Path(target_dir).is_dir():
+        return None
+    return detect_mtp(target_dir, int(target.config.get_text_config(decoder=True).num_hidden_layers))
 
 
 def _load_average() -> str:
@@ -209,14 +220,35 @@ def run_tune(args: argparse.Namespace) -> int:
 
     start, load_before = time.perf_counter(), _load_average()
     commit = git_commit()  # now: the code this run imported, even if the checkout changes during the run
-    target_spec, draft_spec = args.target or ROLES["target"], args.draft or ROLES["draft"]
-    say(f"loading target {target_spec} and draft {draft_spec}")
+    target_spec = args.target or ROLES["target"]
+    say(f"loading target {target_spec}")
     target_dir = resolve_model_dir(target_spec)
     tokenizer = load_tokenizer(target_dir)
     target = load_model(target_spec, dtype=args.dtype, device=args.device, quant=target_quant(args))
-    _note_mtp_layers(target_dir, target, say)
-    draft = load_model(draft_spec, dtype=args.dtype, device=args.device, **draft_load_options(args))
-    vocab_size = check_same_vocab(target, draft)
+    layout = _mtp_layout(target_dir, target)
+    mtp = args.mtp or (args.draft is None and layout is not None)
+    if args.mtp and layout is None:
+        raise FrspecError(f"{target_spec!r} carries no MTP layers (no mtp.*, model.mtp_layers.* or extra layers): "
+                          "--mtp needs a local checkpoint directory that has them")
+    if mtp and not args.mtp:
+        say(f"note: the target carries {layout.num_layers} MTP layer(s) ({layout.family} layout): tuning them as "
+            "the drafter (give --draft to tune a draft model)")
+    elif layout is not None:
+        say(f"note: the target carries {layout.num_layers} MTP layer(s) ({layout.family} layout); --mtp (or no "
+            "--draft) tunes them instead of the draft model")
+    draft_spec = None if mtp else args.draft or ROLES["draft"]
+    say(f"loading its {layout.family} MTP layers" if mtp else f"loading draft {draft_spec}")
+    if mtp:
+        from frspec.models.mtp import load_mtp_head
+        from frspec.models.loading import vocab_size_of
+
+        if args.draft_quant is not None:
+            raise FrspecError("--draft-quant quantizes a draft model's head; the MTP layers share the target's")
+        draft, head = None, load_mtp_head(target, target_dir)
+        vocab_size = vocab_size_of(target)
+    else:
+        draft, head = load_model(draft_spec, dtype=args.dtype, device=args.device, **draft_load_options(args)), None
+        vocab_size = check_same_vocab(target, draft)
     token_maps, maps_source = resolve_token_maps(
         tokenizer, vocab_size, args.token_map_sizes, token_map_files=args.token_map, counts_file=args.counts,
         progress=not args.no_progress,
@@ -227,7 +259,7 @@ def run_tune(args: argparse.Namespace) -> int:
     if draft_quant(args) is not None:
         say("note: LM-head costs are measured on the float head; the confirming bench quantizes it as bench does")
     result = tune(target, draft, tokenizer, encoded, confirmation, token_maps, settings, say,
-                  progress=not args.no_progress)
+                  progress=not args.no_progress, mtp=head)
 
     dtype = dtype_name(next(target.parameters()).dtype)
     meta = {
@@ -237,7 +269,7 @@ def run_tune(args: argparse.Namespace) -> int:
         "machine": machine_info(),
         "threads": threads,
         "target": target_spec,
-        "draft": draft_spec,
+        "draft": draft_spec if draft_spec is not None else f"mtp ({layout.family} layout, the target's own)",
         "dtype": dtype,
         "dataset": args.dataset or "mtbench",
         "prompt_ids": [p.id for p in prompts],

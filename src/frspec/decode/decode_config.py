@@ -3,12 +3,16 @@ them, and what it predicted and measured for that choice.
 
     {"schema": "frspec-config", "version": 1,
      "target": "qwen2.5-coder-1.5b-instruct", "draft": "qwen2.5-coder-0.5b-instruct",
+     "mtp": true,                                      # only instead of "draft": null: the target's own MTP layers
      "dtype": "bf16", "quant": "none", "draft_quant": null,
      "token_map": {"size": 32768, "path": "/root/.cache/frspec/token_maps/...-top32768.safetensors"},   # or null
      "tree": "chain-3",                                                   # decode/tree_shape.py syntax; null: vanilla
      "context_rows": null, "context_budget": null,                        # passed through to the drafter options
      "costs": {...},                                                      # decode/step_costs.py StepCosts, or null
      "predicted": {...}, "measured": {...}, "provenance": {...}}          # free-form records, never read back
+
+`"mtp": true` (written only then) drafts with the MTP layers the target checkpoint carries (models/mtp.py), as
+`--mtp` does; `draft` is then null, and the token map restricts the target's shared LM head (a pruned copy).
 
 "auto" as the token map's size or as the tree hands that choice to the per-request controller
 (decode/controller.py), which decides from `costs` (this machine's, as `frspec tune` measured them; without them
@@ -35,7 +39,7 @@ from frspec.io import atomic_path, read_text
 SCHEMA = "frspec-config"
 VERSION = 1
 CONTEXT_BUDGETS = BUDGETS  # the context-aware vocabulary's budgets (vocab/context_vocab.py)
-_KNOWN = {"schema", "version", "target", "draft", "dtype", "quant", "draft_quant", "token_map", "tree",
+_KNOWN = {"schema", "version", "target", "draft", "mtp", "dtype", "quant", "draft_quant", "token_map", "tree",
           "context_rows", "context_budget", "costs", "predicted", "measured", "provenance"}
 AUTO = "auto"
 
@@ -59,6 +63,12 @@ class DecodeConfig:
     predicted: dict[str, Any] = field(default_factory=dict)
     measured: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
+    mtp: bool = False  # draft with the target checkpoint's own MTP layers (draft is then None)
+
+    @property
+    def drafts(self) -> bool:
+        """A drafter is configured: a draft model or the target's MTP layers."""
+        return self.draft is not None or self.mtp
 
     def __post_init__(self) -> None:
         problem = self._problem()
@@ -70,15 +80,19 @@ class DecodeConfig:
             return "'target' must be a model name or path"
         if self.draft is not None and (not isinstance(self.draft, str) or not self.draft):
             return "'draft' must be a model name or path, or null"
-        if (self.draft is None) != (self.tree is None):
-            return "'tree' is set exactly when there is a 'draft' (null for vanilla decoding)"
+        if not isinstance(self.mtp, bool):
+            return f"'mtp' must be true or false, got {self.mtp!r}"
+        if self.mtp and self.draft is not None:
+            return "'mtp' drafts with the target's own MTP layers: 'draft' must be null"
+        if self.drafts != (self.tree is not None):
+            return "'tree' is set exactly when there is a 'draft' or 'mtp' (null for vanilla decoding)"
         if self.tree is not None and self.tree != AUTO:
             TreeShape.parse(self.tree, "decode config 'tree'")
         if (self.token_map_size is None) != (self.token_map_path is None):
             return "'token_map' needs both 'size' and 'path'"
         if self.token_map_size is not None:
-            if self.draft is None:
-                return "a 'token_map' restricts a draft's LM head: it needs a 'draft'"
+            if not self.drafts:
+                return "a 'token_map' restricts a draft's LM head: it needs a 'draft' (or 'mtp')"
             if self.token_map_size != AUTO and (isinstance(self.token_map_size, bool)
                                                 or not isinstance(self.token_map_size, int) or self.token_map_size < 1):
                 return f"'token_map' 'size' must be a positive integer or \"auto\", got {self.token_map_size!r}"
@@ -106,10 +120,12 @@ class DecodeConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        size, path = d.pop("token_map_size"), d.pop("token_map_path")
+        size, path, mtp = d.pop("token_map_size"), d.pop("token_map_path"), d.pop("mtp")
         out = {"schema": SCHEMA, "version": VERSION}
         for key, value in d.items():
             out[key] = value
+            if key == "draft" and mtp:
+                out["mtp"] = True
             if key == "draft_quant":  # keep the file in reading order: models, then the map, then the shape
                 out["token_map"] = None if size is None else {"size": size, "path": path}
         return out
@@ -151,7 +167,7 @@ class DecodeConfig:
                 quant=data.get("quant", "none"), draft_quant=data.get("draft_quant"),
                 token_map_size=token_map.get("size"), token_map_path=token_map.get("path"), tree=data.get("tree"),
                 context_rows=data.get("context_rows"), context_budget=data.get("context_budget"),
-                costs=data.get("costs"), **records,
+                costs=data.get("costs"), mtp=data.get("mtp", False), **records,
             )
         except FrspecError as e:
             raise FrspecError(f"{where}: {str(e).removeprefix('decode config: ')}") from None

@@ -6,7 +6,9 @@ import torch
 
 from frspec.decode.drafter import Drafter, check_token_map
 from frspec.decode.hybrid_target import is_hybrid
-from frspec.decode.kv_cache import cache_length, enable_rollback, new_cache, truncate_cache
+from frspec.decode.kv_cache import (
+    cache_length, enable_rollback, new_cache, sliding_layers_keep_everything, truncate_cache,
+)
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.timing import now
 from frspec.decode.token_tree import TokenTree, check_tree_support, expansion_inputs
@@ -138,13 +140,17 @@ class DraftModelDrafter(Drafter):
         cached: list[int] = []
 
         def expand(tree: TokenTree, nodes: list[int]) -> torch.Tensor:
-            ids, pos, mask = expansion_inputs(tree, nodes, cached, n, dtype=root_hidden.dtype, device=self.device)
+            ids, pos, mask = expansion_inputs(tree, nodes, cached, n, dtype=root_hidden.dtype, device=self.device,
+                                              config=self.model.config, cache=self.cache)
             hidden = self.base(input_ids=ids, position_ids=pos, attention_mask=mask, cache=self.cache, use_cache=True)
             cached.extend(nodes)
             self.steps += 1
             return self._logits(hidden.last_hidden_state[0])
 
-        tree = grow_tree(root, self._logits(root_hidden)[0], shape, expand, sampling, generator, vocab=self.vocab)
+        # Sliding-window layers: the cached nodes must not push prefix keys out of what attention is handed.
+        with sliding_layers_keep_everything(self.cache):
+            tree = grow_tree(root, self._logits(root_hidden)[0], shape, expand, sampling, generator,
+                             vocab=self.vocab)
         # Forget the tree: rejected nodes must go, and accepted ones are cheaper to re-run with the next tokens
         # than to pick out of the cache.
         truncate_cache(self.cache, n)

@@ -4,16 +4,18 @@ The engine never recomputes a prefix: after verification it cuts each cache back
 so the next forward only processes tokens the model has not yet seen. After a forward over a token tree the cache
 holds the committed prefix and then one entry per tree node; `keep_path` keeps the accepted path's entries. When
 that path is a prefix of node order (always, for a chain) this is a crop, which every cache layer supports;
-otherwise the entries are gathered, which only plain full-attention layers (`DynamicLayer`) understand.
+otherwise the entries are gathered, which plain full-attention layers (`DynamicLayer`) and sliding-window layers
+(`DynamicSlidingWindowLayer`, Gemma 2/3, with rollback enabled) understand.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Sequence
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from frspec.errors import FrspecError
 
@@ -64,20 +66,52 @@ def keep_cache_entries(cache, start: int, keep: torch.Tensor | Sequence[int]) ->
 
     After a tree forward the cache holds the committed prefix followed by one entry per tree node; keeping the
     accepted path's node slots makes it identical to a cache built by running that path alone (same keys, same
-    positions), because each node was computed seeing exactly its ancestors. Only plain full-attention layers are
-    gathered; any other layer type (sliding window, linear attention, quantized, indexed) is refused.
+    positions), because each node was computed seeing exactly its ancestors. Full-attention layers are gathered; a
+    sliding-window layer (which stores only the prefix's last entries, then the nodes) is gathered the same way and
+    then cut to its working size, as its own crop would; any other layer type (linear attention, quantized, indexed)
+    is refused.
     """
     keep = torch.as_tensor(keep, dtype=torch.long)
-    for i, layer in enumerate(cache.layers):
-        if type(layer) is not DynamicLayer:
+    for i, layer in enumerate(cache.layers):  # every layer checked before any is changed
+        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
             raise FrspecError(
-                f"cache layer {i} ({type(layer).__name__}) cannot drop tree entries; trees need full-attention layers"
+                f"cache layer {i} ({type(layer).__name__}) cannot drop tree entries; trees need full or "
+                "sliding-window attention layers"
             )
+    for layer in cache.layers:
+        sliding = type(layer) is DynamicSlidingWindowLayer
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             continue
         total = layer.keys.shape[-2]
-        if keep.numel() and (int(keep.max()) >= total - start or int(keep.min()) < 0):
-            raise ValueError(f"keep indices {keep.tolist()} out of range for {total - start} tree entries")
-        idx = torch.cat([torch.arange(start), start + keep]).to(layer.keys.device)
+        # Stored prefix entries before the nodes: all of them in a full layer, the last few in a sliding one.
+        stored = total - (layer.cumulative_length - start) if sliding else start
+        if keep.numel() and (int(keep.max()) >= total - stored or int(keep.min()) < 0):
+            raise ValueError(f"keep indices {keep.tolist()} out of range for {total - stored} tree entries")
+        idx = torch.cat([torch.arange(stored), stored + keep]).to(layer.keys.device)
         layer.keys = layer.keys.index_select(-2, idx)
         layer.values = layer.values.index_select(-2, idx)
+        if sliding:
+            layer.cumulative_length = start + keep.numel()
+            if layer.cumulative_length >= layer.sliding_window:  # back to its working size (window - 1 entries)
+                layer.keys = layer.keys[:, :, -layer.sliding_window + 1:, :]
+                layer.values = layer.values[:, :, -layer.sliding_window + 1:, :]
+
+
+@contextmanager
+def sliding_layers_keep_everything(cache):
+    """Within the block, sliding-window layers hand attention every entry they store, not only the last window - 1.
+
+    A drafter growing a tree appends each level to its cache: the nodes already cached take slots of the window,
+    so a layer handing only its last window - 1 entries would hide prefix keys a deeper node must see (the masks
+    then restrict keys by position, models/attention.layer_masks). With rollback enabled the layer stores every
+    entry since its last crop; the window is restored before the caller crops.
+    """
+    layers = [layer for layer in cache.layers if type(layer) is DynamicSlidingWindowLayer]
+    windows = [layer.sliding_window for layer in layers]
+    for layer in layers:
+        layer.sliding_window = 1 << 30
+    try:
+        yield
+    finally:
+        for layer, window in zip(layers, windows):
+            layer.sliding_window = window

@@ -135,6 +135,7 @@ def _target_forward(target: torch.nn.Module, tree: TokenTree, cache, past: int, 
         kwargs["output_hidden_states"] = hidden_layers
     if not tree.is_chain:
         # Each node sees the committed prefix and its own ancestors, at position past + depth.
-        kwargs["attention_mask"] = tree.attention_mask(past, dtype=param.dtype, device=param.device)
+        kwargs["attention_mask"] = tree.model_masks(target.config, cache, past, past, dtype=param.dtype,
+                                                    device=param.device)
         kwargs["position_ids"] = tree.position_ids(past, device=param.device)
     return target(input_ids=tree.tokens_tensor(param.device)[None], cache=cache, use_cache=True, **kwargs)

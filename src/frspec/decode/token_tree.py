@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 
 from frspec.errors import FrspecError
-from frspec.models.attention import additive_mask, check_arbitrary_masks
+from frspec.models.attention import additive_mask, check_arbitrary_masks, layer_masks
 
 
 @dataclass
@@ -113,15 +113,9 @@ class TokenTree:
         nodes = range(len(self.tokens)) if nodes is None else nodes
         return torch.tensor([[offset + self.depths[i] for i in nodes]], dtype=torch.long, device=device)
 
-    def attention_mask(
-        self,
-        past_len: int,
-        query_nodes: Sequence[int] | None = None,
-        key_nodes: Sequence[int] | None = None,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str = "cpu",
-    ) -> torch.Tensor:
-        """Additive mask [1, 1, q, past_len + len(key_nodes)] for a forward over `query_nodes`.
+    def visibility(self, past_len: int, query_nodes: Sequence[int] | None = None,
+                   key_nodes: Sequence[int] | None = None) -> torch.Tensor:
+        """Bool [q, past_len + len(key_nodes)]: which keys each of `query_nodes` may see.
 
         The key axis is the cache as the model will see it: `past_len` committed entries, then the tree nodes in
         `key_nodes` order (the order they were written to the cache; default all nodes in index order, which is
@@ -131,8 +125,31 @@ class TokenTree:
         key_nodes = list(range(len(self.tokens))) if key_nodes is None else list(key_nodes)
         anc = self.ancestor_mask()
         tree_part = anc[torch.tensor(query_nodes, dtype=torch.long)][:, torch.tensor(key_nodes, dtype=torch.long)]
-        allowed = torch.cat([torch.ones(len(query_nodes), past_len, dtype=torch.bool), tree_part], dim=1)
-        return additive_mask(allowed, dtype=dtype, device=device)
+        return torch.cat([torch.ones(len(query_nodes), past_len, dtype=torch.bool), tree_part], dim=1)
+
+    def attention_mask(
+        self,
+        past_len: int,
+        query_nodes: Sequence[int] | None = None,
+        key_nodes: Sequence[int] | None = None,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> torch.Tensor:
+        """Additive mask [1, 1, q, past_len + len(key_nodes)] for a forward over `query_nodes` (see `visibility`)."""
+        return additive_mask(self.visibility(past_len, query_nodes, key_nodes), dtype=dtype, device=device)
+
+    def model_masks(self, config, cache, past_len: int, root_position: int, query_nodes: Sequence[int] | None = None,
+                    key_nodes: Sequence[int] | None = None, dtype: torch.dtype = torch.float32,
+                    device: torch.device | str = "cpu"):
+        """The mask argument a model with this `config` and `cache` takes for a forward over `query_nodes`: the
+        additive mask, or with sliding-window layers (Gemma 2/3) one per layer type (models/attention.layer_masks).
+        The committed entries sit at positions 0..past_len-1 and node i at root_position + depth i."""
+        query_nodes = list(range(len(self.tokens))) if query_nodes is None else list(query_nodes)
+        key_nodes = list(range(len(self.tokens))) if key_nodes is None else list(key_nodes)
+        depths = torch.tensor(self.depths, dtype=torch.long)
+        key_positions = torch.cat([torch.arange(past_len), root_position + depths[key_nodes]])
+        return layer_masks(config, cache, self.visibility(past_len, query_nodes, key_nodes),
+                           root_position + depths[query_nodes], key_positions, dtype=dtype, device=device)
 
 
 def expansion_inputs(
@@ -142,19 +159,27 @@ def expansion_inputs(
     past_len: int,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
+    config=None,
+    cache=None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(input_ids, position_ids, attention_mask) for a drafter running `nodes` of a tree it is growing.
 
     The drafter's cache holds `past_len` committed entries, the last of which is the root, then the tree nodes in
     `cached_nodes` (in the order it ran them). Each new node sees the committed entries and its cached ancestors.
+    With the model's `config` and `cache`, the mask is in the form that model takes (per layer type with
+    sliding-window layers, TokenTree.model_masks); without, the additive mask.
     """
     ids = torch.tensor([[tree.tokens[i] for i in nodes]], dtype=torch.long, device=device)
     positions = tree.position_ids(past_len - 1, nodes, device=device)
-    mask = tree.attention_mask(past_len, nodes, list(cached_nodes) + list(nodes), dtype=dtype, device=device)
+    keys = list(cached_nodes) + list(nodes)
+    if config is None:
+        mask = tree.attention_mask(past_len, nodes, keys, dtype=dtype, device=device)
+    else:
+        mask = tree.model_masks(config, cache, past_len, past_len - 1, nodes, keys, dtype=dtype, device=device)
     return ids, positions, mask
 
 
 def check_tree_support(model, what: str = "the model") -> None:
-    """Refuse models that cannot read a tree in one forward (see models/attention.py): every layer must be full
-    attention, run by an implementation that applies a 4D mask as given (eager or sdpa)."""
+    """Refuse models that cannot read a tree in one forward (see models/attention.py): every layer must be full or
+    sliding-window attention, run by an implementation that applies a 4D mask as given (eager or sdpa)."""
     check_arbitrary_masks(model.config, what)

@@ -118,12 +118,12 @@ def draft_base_costs(draft: torch.nn.Module, widths: Sequence[int], context: int
     return interleaved_row_costs(draft.base_model, widths, context, rounds=5)
 
 
-def engine_spec_run(target, draft, tokenizer, prompt: Sequence[int], num_spec_tokens: int, max_new_tokens: int
-                    ) -> GenerationStats:
-    """One short speculative generation with the draft over its full vocabulary (after a warm-up), whose stats give
-    the engine's per-step and per-draft-forward overheads."""
+def engine_spec_run(target, draft, tokenizer, prompt: Sequence[int], num_spec_tokens: int, max_new_tokens: int,
+                    eagle=None) -> GenerationStats:
+    """One short speculative generation with the draft (or `eagle`, a head such as the target's MTP layers) over
+    its full vocabulary (after a warm-up), whose stats give the engine's per-step and per-draft-forward overheads."""
     device = next(target.parameters()).device
-    generator = build_generator(target, draft, None, num_spec_tokens, tokenizer)
+    generator = build_generator(target, draft, None, num_spec_tokens, tokenizer, eagle=eagle)
     _generate(generator, prompt, 8, device)
     return _generate(generator, prompt, max_new_tokens, device).stats
 

@@ -56,7 +56,8 @@ class Measurements:
     target_costs[n]        one target forward over n rows after the calibration context
     draft_base_costs[n]    one draft forward without its LM head over n rows
     head_costs[m][n]       the draft's LM head (map m's rows) and choosing its top tokens, for n hidden states
-    ranks[m]               per calibration prompt, the rank of each target output token (see the module docstring)
+    ranks[m]               per calibration prompt, the rank of each target output token (see the module docstring);
+                           with ranks_by_depth, per prompt and draft depth (an MTP drafter: tune/mtp_measure.py)
     step_overhead_s        per speculative decode step: verification, cache surgery, bookkeeping (engine-measured)
     draft_forward_overhead_s  per draft forward beyond base + head (the drafter's own Python, engine-measured)
     vanilla_overhead_s     per vanilla decode step outside the target forward (engine-measured)
@@ -69,6 +70,7 @@ class Measurements:
     step_overhead_s: float
     draft_forward_overhead_s: float
     vanilla_overhead_s: float
+    ranks_by_depth: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,21 +87,32 @@ class Prediction:
         return self.tokens_per_step / self.step_time_s
 
 
-def replay(ranks: Sequence[int], depth: int, branching: int = 1) -> tuple[int, int, list[int], list[int]]:
+def replay(ranks: Sequence, depth: int, branching: int = 1, by_depth: bool = False
+           ) -> tuple[int, int, list[int], list[int]]:
     """Greedy decoding of one output with a chain (branching 1) or static tree, replayed from its ranks.
 
     ranks[0] is the prefill's token, so decode steps start at 1. Returns (decode tokens, decode steps, steps that
     drafted position i, steps that accepted it). Near the end the drafted depth shrinks to the tokens left, as the
-    engine's does.
+    engine's does. `by_depth`: ranks[d][j] is output j's rank when drafted at depth d + 1 (an MTP drafter, whose
+    choice depends on the depth: tune/mtp_measure.py); otherwise ranks[j] serves every depth (a draft model).
     """
-    n = len(ranks)
+    if by_depth:
+        n = len(ranks[0]) if ranks else 0
+
+        def rank(a: int, j: int) -> int:
+            return ranks[a][j] if a < len(ranks) else OUTSIDE
+    else:
+        n = len(ranks)
+
+        def rank(a: int, j: int) -> int:
+            return ranks[j]
     tokens = steps = 0
     proposed, accepted = [0] * depth, [0] * depth
     j = 1
     while j < n:
         drafted = min(depth, n - 1 - j)  # the step's own target token is the last one that fits
         a = 0
-        while a < drafted and ranks[j + a] < branching:
+        while a < drafted and rank(a, j + a) < branching:
             a += 1
         for i in range(drafted):
             proposed[i] += 1
@@ -110,12 +123,14 @@ def replay(ranks: Sequence[int], depth: int, branching: int = 1) -> tuple[int, i
     return tokens, steps, proposed, accepted
 
 
-def acceptance(ranks_per_prompt: Sequence[Sequence[int]], shape: TreeShape) -> tuple[float, tuple[float, ...]]:
-    """(mean decode tokens per step, per-position acceptance) over the calibration outputs."""
+def acceptance(ranks_per_prompt: Sequence[Sequence], shape: TreeShape, by_depth: bool = False
+               ) -> tuple[float, tuple[float, ...]]:
+    """(mean decode tokens per step, per-position acceptance) over the calibration outputs (`by_depth`: see
+    `replay`)."""
     tokens = steps = 0
     proposed, accepted = [0] * shape.depth, [0] * shape.depth
     for ranks in ranks_per_prompt:
-        t, s, p, a = replay(ranks, shape.depth, shape.branching)
+        t, s, p, a = replay(ranks, shape.depth, shape.branching, by_depth)
         tokens, steps = tokens + t, steps + s
         proposed = [x + y for x, y in zip(proposed, p)]
         accepted = [x + y for x, y in zip(accepted, a)]
@@ -155,7 +170,7 @@ def predict(candidate: Candidate, m: Measurements) -> Prediction:
     shape = candidate.shape
     if shape.kind == "dynamic":
         raise ValueError("dynamic trees keep nodes by off-path scores the replay does not record")
-    per_step, per_position = acceptance(m.ranks[candidate.map_size], shape)
+    per_step, per_position = acceptance(m.ranks[candidate.map_size], shape, m.ranks_by_depth)
     costs = step_costs(m)
     draft = costs.draft_time_s(shape, candidate.map_size)
     target = costs.target(shape.max_drafts + 1)

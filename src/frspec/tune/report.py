@@ -84,11 +84,12 @@ def costs_markdown(result: TuneResult) -> str:
     rows = ", ".join(f"{n}: {c * 1e3:.1f}" for n, c in sorted(m.target_costs.items()))
     base = ", ".join(f"{n}: {c * 1e3:.1f}" for n, c in sorted(m.draft_base_costs.items()))
     heads = "; ".join(f"{'full' if k is None else k}: {v[1] * 1e3:.2f}" for k, v in m.head_costs.items())
+    drafter, head = ("MTP layer", "shared LM head") if m.ranks_by_depth else ("draft", "draft LM head")
     return "\n".join([
         f"- target ms per forward by rows ({result.context}-token context): {rows}; cheap rows (<= 1.5x one row): "
         f"1..{cheap_rows(m.target_costs)}",
-        f"- draft ms per forward without its LM head, by rows: {base}",
-        f"- draft LM head ms for one row, by map size: {heads}",
+        f"- {drafter} ms per forward without its LM head, by rows: {base}",
+        f"- {head} ms for one row, by map size: {heads}",
         f"- overheads ms: per speculative step {m.step_overhead_s * 1e3:.1f}, per draft forward "
         f"{m.draft_forward_overhead_s * 1e3:.1f}, per vanilla step {m.vanilla_overhead_s * 1e3:.1f}",
     ])
@@ -106,6 +107,7 @@ def measurements_dict(result: TuneResult) -> dict[str, Any]:
         "draft_base_costs_s": {str(n): c for n, c in sorted(m.draft_base_costs.items())},
         "head_costs_s": {_key(k): {str(n): c for n, c in v.items()} for k, v in m.head_costs.items()},
         "ranks": {_key(k): v for k, v in m.ranks.items()},
+        "ranks_by_depth": m.ranks_by_depth,  # MTP: ranks[map][prompt][depth - 1][position]
         "step_overhead_s": m.step_overhead_s,
         "draft_forward_overhead_s": m.draft_forward_overhead_s,
         "vanilla_overhead_s": m.vanilla_overhead_s,

@@ -2,11 +2,12 @@
 a short interleaved bench, and pick the measured best.
 
     result = tune(target, draft, tokenizer, calibration, confirmation, token_maps, TuneSettings(...), say)
+    result = tune(target, None, tokenizer, ..., mtp=load_mtp_head(target, target_dir))   # its own MTP layers
     result.pick                      # the Candidate the bench measured fastest
     comparison_rows(result)          # predicted against measured, one row per confirmed configuration
 
-Measuring is tune/measure.py, predicting tune/predict.py, the confirming bench bench/runner.py; the tables
-and the JSON record are tune/report.py.
+Measuring is tune/measure.py (tune/mtp_measure.py for MTP layers), predicting tune/predict.py, the confirming
+bench bench/runner.py; the tables and the JSON record are tune/report.py.
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from frspec.bench.methods import DRAFT, FRSPEC, VANILLA, Method
+from frspec.bench.methods import DRAFT, FRSPEC, MTP, MTP_FRSPEC, VANILLA, Method
 from frspec.bench.runner import BenchResult, run_benchmark
 from frspec.tune.measure import (
     calibration_context, draft_base_costs, draft_ranks, draft_vocabs, engine_spec_run, head_costs,
     interleaved_row_costs, overheads, reference_outputs,
 )
+from frspec.tune.mtp_measure import mtp_base_costs, mtp_ranks, mtp_vocabs
 from frspec.tune.predict import (
-    TREE_SHAPES, Candidate, Measurements, Prediction, candidates, rank_predictions, to_confirm,
+    CHAIN_LENGTHS, TREE_SHAPES, Candidate, Measurements, Prediction, candidates, rank_predictions, to_confirm,
 )
 from frspec.decode.stats import GenerationStats
 from frspec.vocab.token_map import TokenMap
@@ -41,10 +43,12 @@ class TuneSettings:
     warmup_tokens: int = 8
 
 
-def method_of(candidate: Candidate) -> Method:
-    """The bench method that runs a candidate."""
+def method_of(candidate: Candidate, mtp: bool = False) -> Method:
+    """The bench method that runs a candidate (drafted by a draft model, or with `mtp` by the target's MTP layers)."""
     if candidate.shape is None:
         return Method(VANILLA)
+    if mtp:
+        return Method.drafting(MTP if candidate.map_size is None else MTP_FRSPEC, candidate.shape, candidate.map_size)
     kind = DRAFT if candidate.map_size is None else FRSPEC
     return Method.drafting(kind, candidate.shape, candidate.map_size)
 
@@ -68,8 +72,11 @@ class TuneResult:
 
 
 def measure(target, draft, tokenizer, calibration: Sequence[Sequence[int]], token_maps: dict[int, TokenMap],
-            settings: TuneSettings, say: Callable[[str], None]) -> tuple[Measurements, int]:
-    """Everything the predictions need, measured on the calibration prompts (token ids, chat-formatted)."""
+            settings: TuneSettings, say: Callable[[str], None], mtp=None) -> tuple[Measurements, int]:
+    """Everything the predictions need, measured on the calibration prompts (token ids, chat-formatted); with `mtp`
+    (an MtpHead) for the target's own MTP layers instead of the draft model."""
+    if mtp is not None:
+        return measure_mtp(target, mtp, tokenizer, calibration, token_maps, settings, say)
     say(f"greedy reference outputs of the target on {len(calibration)} prompts x {settings.max_new_tokens} tokens")
     outputs, vanilla = reference_outputs(target, tokenizer, calibration, settings.max_new_tokens,
                                          settings.warmup_tokens)
@@ -90,20 +97,50 @@ def measure(target, draft, tokenizer, calibration: Sequence[Sequence[int]], toke
     return Measurements(target_costs, base, heads, ranks, **over), context
 
 
+def measure_mtp(target, head, tokenizer, calibration: Sequence[Sequence[int]], token_maps: dict[int, TokenMap],
+                settings: TuneSettings, say: Callable[[str], None]) -> tuple[Measurements, int]:
+    """`measure` for the target's own MTP layers (`head`, an MtpHead): ranks per draft depth, the MTP layer's
+    forward cost, the shared head's cost per map, and the engine's overheads from a short MTP run."""
+    say(f"greedy reference outputs of the target on {len(calibration)} prompts x {settings.max_new_tokens} tokens")
+    outputs, vanilla = reference_outputs(target, tokenizer, calibration, settings.max_new_tokens,
+                                         settings.warmup_tokens)
+    context = calibration_context(calibration, settings.max_new_tokens)
+    say(f"target forward cost for 1..{settings.max_rows} rows at a {context}-token context")
+    target_costs = interleaved_row_costs(target, range(1, settings.max_rows + 1), context, rounds=3)
+    depth = max(max(CHAIN_LENGTHS), max(t.depth for t in TREE_SHAPES))
+    say(f"MTP ranks of the target's tokens at draft depths 1..{depth}, full vocabulary and maps "
+        f"{', '.join(map(str, sorted(token_maps)))}")
+    vocabs = mtp_vocabs(head, token_maps)
+    ranks = mtp_ranks(target, head, vocabs, list(zip(calibration, outputs)), depth)
+    widths = sorted({1} | {t.branching ** level for t in TREE_SHAPES for level in range(1, t.depth)})
+    say(f"MTP layer forward and shared LM-head costs for {widths} rows")
+    base = mtp_base_costs(head, widths, context)
+    heads = head_costs(vocabs, widths)
+    say("engine overheads from one short MTP run")
+    spec = engine_spec_run(target, None, tokenizer, calibration[0], OVERHEAD_CHAIN, settings.overhead_tokens,
+                           eagle=head)
+    over = overheads(spec, vanilla, target_costs, OVERHEAD_CHAIN + 1, base[1], heads[None][1])
+    del vocabs
+    return Measurements(target_costs, base, heads, ranks, **over, ranks_by_depth=True), context
+
+
 def tune(target, draft, tokenizer, calibration: Sequence[Sequence[int]],
          confirmation: Sequence[tuple[str, list[int]]], token_maps: dict[int, TokenMap], settings: TuneSettings,
-         say: Callable[[str], None] = lambda m: None, progress: bool = True) -> TuneResult:
-    """Measure, predict, confirm and pick (see the module docstring). `confirmation` are (id, token ids) pairs."""
-    m, context = measure(target, draft, tokenizer, calibration, token_maps, settings, say)
+         say: Callable[[str], None] = lambda m: None, progress: bool = True, mtp=None) -> TuneResult:
+    """Measure, predict, confirm and pick (see the module docstring). `confirmation` are (id, token ids) pairs.
+    With `mtp` (an MtpHead loaded for `target`; `draft` None) the drafter tuned is the target's own MTP layers."""
+    m, context = measure(target, draft, tokenizer, calibration, token_maps, settings, say, mtp=mtp)
     ranked = rank_predictions(m, candidates(sorted(token_maps), m.target_costs))
     confirmed = to_confirm(ranked, settings.top)
-    methods = [method_of(c) for c in confirmed]
+    is_mtp = mtp is not None
+    methods = [method_of(c, is_mtp) for c in confirmed]
     say(f"confirming {', '.join(c.label for c in confirmed[1:])} against vanilla: {len(confirmation)} prompts x "
         f"{settings.confirm_tokens} tokens, interleaved")
     bench = run_benchmark(target, draft, tokenizer, confirmation, methods, token_maps, settings.confirm_tokens,
-                          warmup_tokens=settings.warmup_tokens, progress=progress)
-    measured = {c: GenerationStats.aggregate(g.stats for g in bench.generations_of(method_of(c))) for c in confirmed}
-    pick = max(confirmed, key=lambda c: measured[c].decode_tokens_per_s or 0.0)
+                          warmup_tokens=settings.warmup_tokens, progress=progress, eagle=mtp)
+    measured = {c: GenerationStats.aggregate(g.stats for g in bench.generations_of(method_of(c, is_mtp)))
+                for c in confirmed}
+    pick = pick_fastest(confirmed, measured)
     result = TuneResult(m, context, ranked, confirmed, bench, measured, pick)
     if ranked[0].candidate != pick:
         result.notes.append(f"the predicted best ({ranked[0].candidate.label}) measured slower than {pick.label}")
@@ -111,6 +148,11 @@ def tune(target, draft, tokenizer, calibration: Sequence[Sequence[int]],
         result.notes.append(f"{d.method.label} differs from vanilla on {d.prompt_id} at token {d.position} "
                             f"(target top-2 logit margin {d.top2_margin:.4f})")
     return result
+
+
+def pick_fastest(confirmed: Sequence[Candidate], measured: dict[Candidate, GenerationStats]) -> Candidate:
+    """The configuration the confirming bench measured fastest (vanilla included: it wins when nothing pays)."""
+    return max(confirmed, key=lambda c: measured[c].decode_tokens_per_s or 0.0)
 
 
 def comparison_rows(result: TuneResult) -> list[dict[str, Any]]:
