@@ -107,7 +107,8 @@ def test_quantized_rows_match_their_own_vanilla_and_peer_row_is_reported(tiny_di
 
 def test_a_quantized_divergence_is_measured_on_the_quantized_target(tiny_dirs):
     """A speculative int4 row that differed from int4 vanilla is listed with the int4 target's margin."""
-    from frspec.bench.runner import BenchResult, Generation, find_divergences, top2_margin
+    from frspec.bench.divergence import Generation, find_divergences, top2_margin
+    from frspec.bench.runner import BenchResult, margin_targets
 
     target, _, quantized, tok = _pairs(tiny_dirs)
     stats = GenerationStats()
@@ -117,7 +118,7 @@ def test_a_quantized_divergence_is_measured_on_the_quantized_target(tiny_dirs):
             Generation(Method(LLAMACPP), "p", 3, [7, 7, 7], stats)]
     result = BenchResult(methods=[g.method for g in gens], prompt_ids=["p"], generations=gens, divergences=[],
                          greedy=True, max_new_tokens=3)
-    found = find_divergences(target, result, {"p": [1, 2, 3]}, {"int4": quantized})
+    found = find_divergences(result.generations, {"p": [1, 2, 3]}, margin_targets(target, {"int4": quantized}))
     assert [(d.method.label, d.position) for d in found] == [("int4 draft k=2", 1)]
     assert found[0].top2_margin == pytest.approx(top2_margin(quantized[0], [1, 2, 3, 4]))
 

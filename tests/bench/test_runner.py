@@ -6,7 +6,8 @@ from transformers import AutoModelForCausalLM
 
 from frspec.bench.datasets import encode_prompt
 from frspec.bench.methods import DRAFT, VANILLA, Method, plan_methods
-from frspec.bench.runner import BenchResult, Generation, find_divergences, first_difference, run_benchmark, top2_margin
+from frspec.bench.divergence import Generation, find_divergences, first_difference, top2_margin
+from frspec.bench.runner import BenchResult, margin_targets, run_benchmark
 from frspec.bench.summary import summarize
 from frspec.cli import main
 from frspec.models.tokenizer import load_tokenizer
@@ -94,7 +95,7 @@ def test_divergence_records_position_and_target_margin(tiny_dirs):
                      Generation(Method(DRAFT, 2), pid, len(ids), other_out, stats)],
         divergences=[], greedy=True, max_new_tokens=4,
     )
-    (d,) = find_divergences(target, result, {pid: ids})
+    (d,) = find_divergences(result.generations, {pid: ids}, margin_targets(target))
     assert (d.prompt_id, d.position, d.vanilla_token, d.method_token) == (pid, 2, 7, 9)
     with torch.no_grad():
         top = target(torch.tensor([ids + [5, 6]])).logits[0, -1].topk(2).values
