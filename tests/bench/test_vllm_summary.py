@@ -7,10 +7,12 @@ import torch
 
 from frspec.bench.divergence import top2_margin
 from frspec.bench.methods import DRAFT, FRSPEC, VANILLA, Method
+from frspec.decode.tree_shape import TreeShape
 from frspec.bench.vllm_runner import Batch, EngineRun, divergence_dict, summarize, vllm_divergences
 from tests.decode.spec_tiny import tiny_lm
 
-VAN, DR, FR = Method(VANILLA), Method(DRAFT, 2), Method(FRSPEC, 2, 64)
+VAN = Method(VANILLA)
+DR, FR = Method.drafting(DRAFT, TreeShape.chain(2)), Method.drafting(FRSPEC, TreeShape.chain(2), 64)
 PROMPTS = {"a": [1, 2, 3], "b": [4, 5]}
 
 

@@ -110,13 +110,13 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
                     token_map=token_maps[ranked.token_map_size], tokenizer=tokenizer, token_map_size="auto")
             drafter = drafters[ranked_key]
             if m.auto:
-                generators[m] = build_generator(
-                    m_target, draft=drafter, token_map_size="auto", tokenizer=tokenizer, tree=m.tree,
-                    num_spec_tokens=None if m.tree is None else m.num_spec_tokens)
+                # tree None (a draft model's auto row): the controller chooses the length too.
+                generators[m] = build_generator(m_target, draft=drafter, token_map_size="auto", tokenizer=tokenizer,
+                                                tree=m.tree)
             else:
                 size = m.token_map_size if m.token_map_size is not None else drafter.vocab.full_size
-                generators[m] = build_generator(m_target, draft=drafter, num_spec_tokens=m.num_spec_tokens,
-                                                tokenizer=tokenizer, tree=m.tree, token_map_size=size)
+                generators[m] = build_generator(m_target, draft=drafter, tokenizer=tokenizer, tree=m.tree,
+                                                token_map_size=size)
             continue
         key = (m.uses_eagle, m.token_map_size, m.context_rows, m.context_budget, m.quant)
         if key not in drafters:
@@ -128,9 +128,7 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
                 context_rows=m.context_rows or 0, context_budget=m.context_budget or "fixed",
                 head_quant=quant_draft_heads.get(m.quant, m.quant) if m.quant is not None else draft_head_quant,
             )
-        generators[m] = build_generator(
-            m_target, draft=drafters[key], num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer, tree=m.tree
-        )
+        generators[m] = build_generator(m_target, draft=drafters[key], tokenizer=tokenizer, tree=m.tree)
     return generators
 
 

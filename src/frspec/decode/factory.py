@@ -14,7 +14,7 @@ from frspec.decode.eagle_drafter import EagleDrafter
 from frspec.decode.engine import SpeculativeGenerator
 from frspec.decode.mtp_drafter import MtpDrafter
 from frspec.decode.step_costs import StepCosts
-from frspec.decode.tree_shape import TreeShape, check_num_spec_tokens
+from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
 from frspec.models.eagle import EagleHead
 from frspec.models.eagle_loading import load_eagle_head
@@ -90,7 +90,8 @@ def build_generator(
     or an EAGLE or MTP head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a
     map; or a drafter built already (`build_drafter`), shared by several generators.
 
-    `tree` drafts token trees (chain, static or dynamic, see TreeShape) instead of num_spec_tokens chains.
+    `tree` is the shape drafted (TreeShape: a chain, a static or a dynamic tree); `num_spec_tokens=k` is the
+    Python API's short spelling of `tree=TreeShape.chain(k)`, converted here once (giving both is an error).
     `context_rows` > 0 makes the drafter's vocabulary context-aware (vocab/context_vocab.py): the map's rows plus
     up to that many rows for the request's prompt and accepted tokens, within the map's k rows
     (`context_budget="fixed"`) or added to them ("additive"); it needs a token map and a drafter built here.
@@ -98,22 +99,17 @@ def build_generator(
     Every check (depth, vocabularies, map size) runs before the drafter's DraftVocab copies any LM-head rows. Models
     and heads are shared, never modified: several generators may draft with one draft model or EAGLE head.
 
-    Automatic choice (decode/controller.py): with a drafter and neither `num_spec_tokens` nor `tree`, the draft
-    length (0 = plain decoding) is chosen per step, and so is the map size unless `token_map_size` is given: the
-    token map is then a frequency ranking and the drafter's head is ranked (vocab/ranked_vocab.py), serving every
-    size from one copy. `token_map_size="auto"` chooses the size under an explicit length or tree too; an integer
+    Automatic choice (decode/controller.py): with a drafter and no shape (neither `tree` nor `num_spec_tokens`, or
+    `num_spec_tokens="auto"`), the draft length (0 = plain decoding) is chosen per step, and so is the map size
+    unless `token_map_size` is given: the token map is then a frequency ranking and the drafter's head is ranked
+    (vocab/ranked_vocab.py), serving every size from one copy. `token_map_size="auto"` chooses the size under an
+    explicit shape too; an integer
     fixes it (the first N ids of the map; the head's full size: no map). The choice needs this machine's step
     costs: `costs` (e.g. from a `frspec tune` config), else they are measured once per machine and model pair and
     cached (decode/cost_measure.py).
     """
-    auto_length = num_spec_tokens is None or (isinstance(num_spec_tokens, str)
-                                             and num_spec_tokens.strip().lower() == "auto")
-    if isinstance(num_spec_tokens, str) and not auto_length:
-        raise FrspecError(f"num_spec_tokens must be an integer >= 1 or 'auto', got {num_spec_tokens!r}")
-    if not auto_length:
-        check_num_spec_tokens(num_spec_tokens)
-    if tree is not None:
-        auto_length = False
+    tree = _shape(num_spec_tokens, tree)
+    auto_length = tree is None  # no shape asked for: the controller chooses the length (with a drafter)
     auto_size = _check_map_size(token_map_size, token_map, draft, eagle)
     if auto_size is None:
         auto_size = auto_length and token_map is not None and token_map_size is None and not context_rows
@@ -133,10 +129,8 @@ def build_generator(
     else:
         drafter = build_drafter(target, draft, token_map, tokenizer, eagle, context_rows, context_budget,
                                 draft_head_quant, "auto" if auto_size else token_map_size)
-    # SpeculativeGenerator's chain when no tree and no controller gives the shape (with a tree it is unused).
-    chain = num_spec_tokens if isinstance(num_spec_tokens, int) else 4
     if drafter is None or not (auto_length or auto_size) or (fixed_size is not None and not auto_length):
-        return SpeculativeGenerator(target, drafter, tokenizer, chain, tree, map_size=fixed_size)
+        return SpeculativeGenerator(target, drafter, tokenizer, tree, map_size=fixed_size)
     vocab = drafter.vocab
     if auto_size and isinstance(vocab, RankedVocab):
         sizes = default_map_sizes(vocab.full_size, vocab.ranked_size)
@@ -147,12 +141,28 @@ def build_generator(
     elif tree is not None and tree.kind != "chain":
         settings = ControllerSettings(sizes=sizes, shape=tree, allow_plain=False)
     else:
-        settings = ControllerSettings(sizes=sizes, depths=((tree.depth if tree is not None else num_spec_tokens),))
+        settings = ControllerSettings(sizes=sizes, depths=(tree.depth,))
     if isinstance(vocab, RankedVocab):
         vocab.set_context_floor(settings.sizes[0])  # context rows for tokens beyond the smallest map only
     if costs is None:
         costs = cached_step_costs(target, drafter, settings.sizes, _max_rows(settings), settings.shape)
-    return SpeculativeGenerator(target, drafter, tokenizer, chain, tree, controller=settings, costs=costs)
+    return SpeculativeGenerator(target, drafter, tokenizer, controller=settings, costs=costs)
+
+
+def _shape(num_spec_tokens: int | str | None, tree: TreeShape | None) -> TreeShape | None:
+    """The one spelling of what to draft: `tree`, or `num_spec_tokens` as a chain; None (or "auto"): the
+    controller chooses."""
+    if num_spec_tokens is None or (isinstance(num_spec_tokens, str) and num_spec_tokens.strip().lower() == "auto"):
+        if num_spec_tokens is not None and tree is not None:
+            raise FrspecError("num_spec_tokens='auto' lets the controller choose the length: give it or a tree, "
+                              "not both")
+        return tree
+    if isinstance(num_spec_tokens, str):
+        raise FrspecError(f"num_spec_tokens must be an integer >= 1 or 'auto', got {num_spec_tokens!r}")
+    chain = TreeShape.chain(num_spec_tokens)  # checks the length
+    if tree is not None:
+        raise FrspecError(f"give num_spec_tokens (a chain) or tree, not both (got {num_spec_tokens} and {tree})")
+    return chain
 
 
 def _max_rows(settings: ControllerSettings) -> int:

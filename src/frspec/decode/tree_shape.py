@@ -61,6 +61,8 @@ class TreeShape:
 
     @classmethod
     def chain(cls, num_spec_tokens: int) -> TreeShape:
+        """A chain of num_spec_tokens drafted tokens: how every layer asks for one (an integer >= 1)."""
+        check_num_spec_tokens(num_spec_tokens)
         return cls(depth=num_spec_tokens, branching=1)
 
     @classmethod
