@@ -89,7 +89,7 @@ class SpeculativeGenerator:
             if drafter.vocab_size != self.vocab_size:
                 raise FrspecError(
                     f"target and draft vocabularies differ: the target has {self.vocab_size} ids, "
-                    f"the drafter {drafter.vocab_size}"
+                    f"the drafter {drafter.vocab_size}; speculative decoding needs models that share one tokenizer"
                 )
             drafter_device = torch.device(drafter.device)
             if drafter_device.type != self.device.type or (drafter_device.index or 0) != (self.device.index or 0):

@@ -18,7 +18,7 @@ from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
 from frspec.models.eagle import EagleHead
 from frspec.models.eagle_loading import load_eagle_head
-from frspec.models.loading import check_same_vocab, vocab_size_of
+from frspec.models.loading import vocab_size_of
 from frspec.models.mtp import MtpHead
 from frspec.vocab.ranked_vocab import RankedVocab
 from frspec.vocab.token_map import TokenMap
@@ -37,11 +37,13 @@ def build_drafter(
 ) -> Drafter | None:
     """The drafter for `target`: None (vanilla), a draft model's (restricted to `token_map` when given), or an EAGLE
     or MTP head's (a loaded head, or a directory / hub id to load one from; an MTP head, models/mtp.py
-    `load_mtp_head`, drafts through an MtpDrafter). Every check (vocabularies, map size, context rows) runs before
-    its DraftVocab copies any LM-head rows. `head_quant` quantizes a draft model's drafter head (full or FR-Spec
-    pruned) once its rows are selected; EAGLE heads stay float. `token_map_size`: "auto" ranks the head (one
-    rank-ordered copy serving every size, vocab/ranked_vocab.py), an integer takes the map's first N ids (the
-    head's whole size: no map). What build_generator, the bench and the tuner draft with."""
+    `load_mtp_head`, drafts through an MtpDrafter). The map is checked here, once, against the target that verifies
+    its ids and the tokenizer (the drafter's vocabulary then only asserts it fits its head), before any LM-head row
+    is copied; whether the drafter's vocabulary is the target's is checked where they meet (SpeculativeGenerator).
+    `head_quant` quantizes a draft model's drafter head (full or FR-Spec pruned) once its rows are selected; EAGLE
+    heads stay float. `token_map_size`: "auto" ranks the head (one rank-ordered copy serving every size,
+    vocab/ranked_vocab.py), an integer takes the map's first N ids (the head's whole size: no map). What
+    build_generator, the bench and the tuner draft with."""
     auto_size = bool(_check_map_size(token_map_size, token_map, draft, eagle))
     context = dict(context_rows=context_rows, context_budget=context_budget)
     if context_rows:
@@ -49,11 +51,13 @@ def build_drafter(
             raise FrspecError("context rows extend a drafter's token map: give a draft model or an EAGLE head")
         if token_map is None:
             raise FrspecError("a context-aware draft vocabulary extends a token map: give one (--token-map)")
+    if eagle is not None and draft is not None:
+        raise FrspecError("give a draft model or an EAGLE head, not both")
+    if token_map is not None:
+        if draft is None and eagle is None:
+            raise FrspecError("a token map restricts a drafter's LM head: give a draft model too")
+        check_token_map(token_map, vocab_size_of(target), "the target model", tokenizer)
     if eagle is not None:
-        if draft is not None:
-            raise FrspecError("give a draft model or an EAGLE head, not both")
-        if token_map is not None:
-            check_token_map(token_map, vocab_size_of(target), "the target model", tokenizer)
         head = eagle if isinstance(eagle, EagleHead) else load_eagle_head(eagle, target)
         token_map, ranked = _static_or_ranked(token_map, token_map_size, auto_size, head.draft_vocab_size,
                                               int(head.target_vocab_size))
@@ -62,12 +66,8 @@ def build_drafter(
         num_layers = int(target.config.get_text_config(decoder=True).num_hidden_layers)
         return drafter_cls(head, num_layers, token_map, **context, ranked=ranked)
     if draft is None:
-        if token_map is not None:
-            raise FrspecError("a token map restricts a drafter's LM head: give a draft model too")
         return None
-    vocab_size = check_same_vocab(target, draft)
-    if token_map is not None:
-        check_token_map(token_map, vocab_size, "the target model", tokenizer)
+    vocab_size = vocab_size_of(draft)
     token_map, ranked = _static_or_ranked(token_map, token_map_size, auto_size, vocab_size, vocab_size)
     return DraftModelDrafter(draft, token_map, **context, ranked=ranked, head_quant=head_quant)
 
@@ -96,8 +96,9 @@ def build_generator(
     up to that many rows for the request's prompt and accepted tokens, within the map's k rows
     (`context_budget="fixed"`) or added to them ("additive"); it needs a token map and a drafter built here.
     `draft_head_quant` quantizes a draft model's drafter head (build_drafter's head_quant).
-    Every check (depth, vocabularies, map size) runs before the drafter's DraftVocab copies any LM-head rows. Models
-    and heads are shared, never modified: several generators may draft with one draft model or EAGLE head.
+    Each input is checked once, where it enters: the shape by TreeShape, the map by build_drafter (before any
+    LM-head row is copied), the drafter against the target by SpeculativeGenerator. Models and heads are shared,
+    never modified: several generators may draft with one draft model or EAGLE head.
 
     Automatic choice (decode/controller.py): with a drafter and no shape (neither `tree` nor `num_spec_tokens`, or
     `num_spec_tokens="auto"`), the draft length (0 = plain decoding) is chosen per step, and so is the map size
