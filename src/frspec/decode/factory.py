@@ -104,12 +104,14 @@ def build_generator(
     `num_spec_tokens="auto"`), the draft length (0 = plain decoding) is chosen per step, and so is the map size
     unless `token_map_size` is given: the token map is then a frequency ranking and the drafter's head is ranked
     (vocab/ranked_vocab.py), serving every size from one copy. `token_map_size="auto"` chooses the size under an
-    explicit shape too; an integer
-    fixes it (the first N ids of the map; the head's full size: no map). The choice needs this machine's step
-    costs: `costs` (e.g. from a `frspec tune` config), else they are measured once per machine and model pair and
-    cached (decode/cost_measure.py).
+    explicit shape too; an integer fixes it (the first N ids of the map; the head's full size: no map). The choice
+    needs this machine's step costs: `costs` (e.g. from a `frspec tune` config), else they are measured once per
+    machine and model pair and cached (decode/cost_measure.py).
     """
-    tree = _shape(num_spec_tokens, tree)
+    shape = _shape(num_spec_tokens, tree)
+    # Vanilla with num_spec_tokens (its length checked by _shape): nothing drafts it, so one call site can serve
+    # every method, as before; a tree given for vanilla is refused by SpeculativeGenerator.
+    tree = None if tree is None and draft is None and eagle is None else shape
     auto_length = tree is None  # no shape asked for: the controller chooses the length (with a drafter)
     auto_size = _check_map_size(token_map_size, token_map, draft, eagle)
     if auto_size is None:
