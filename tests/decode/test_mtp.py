@@ -27,7 +27,7 @@ from frspec.vocab.token_map import TokenMap
 VOCAB = 96
 PROMPT = [5, 9, 13, 2, 7, 40, 3]
 NEW = 24
-SHAPES = {"chain": None, "static": TreeShape.static(3, 2), "dynamic": TreeShape.dynamic(3, 2, 6)}
+SHAPES = {"chain": TreeShape.chain(4), "static": TreeShape.static(3, 2), "dynamic": TreeShape.dynamic(3, 2, 6)}
 MAPS = ("none", "map", "map+context")
 
 
