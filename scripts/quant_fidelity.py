@@ -77,7 +77,7 @@ def compare(ref: torch.Tensor, lp: torch.Tensor, targets: torch.Tensor) -> dict:
 def compare_llamacpp(args, tokenizer, ids, prompts, ref, ref_greedy, int4) -> dict:
     """llama.cpp on the target's GGUF, teacher-forced over the same chunks and greedy on the same prompts."""
     from frspec.bench import llamacpp
-    from frspec.bench.runner import first_difference
+    from frspec.bench.divergence import first_difference
 
     peer = llamacpp.LlamaCppGreedy(llamacpp.gguf_file(args.target), args.threads, n_ctx=max(args.chunk + 1, 512),
                                    logits_all=True)
@@ -107,7 +107,7 @@ def compare_llamacpp(args, tokenizer, ids, prompts, ref, ref_greedy, int4) -> di
 def main() -> int:
     from frspec.bench.datasets import encode_prompt, even_spread, load_prompts
     from frspec.bench.environment import git_commit, machine_info
-    from frspec.bench.runner import first_difference
+    from frspec.bench.divergence import first_difference
     from frspec.io import atomic_path
     from frspec.models.loading import load_model, resolve_model_dir, set_threads
     from frspec.models.tokenizer import load_tokenizer

@@ -15,6 +15,7 @@ from frspec.bench.generation_counts import count_generations
 from frspec.bench.token_maps import pick_map_source, resolve_token_maps
 from frspec.cli import main
 from frspec.decode.factory import build_generator
+from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
 from frspec.models.tokenizer import load_tokenizer
 from frspec.vocab.counting import count_tokens
@@ -31,7 +32,8 @@ def test_context_methods_follow_each_map_row_and_are_judged_against_it():
                            "fr-spec k=3 map=16 +ctx=32 fixed", "fr-spec k=3 map=16 +ctx=32 additive"]
     assert labels[7] == "fr-spec k=3 map=64" and len(methods) == 12
     ctx = methods[3]
-    assert ctx.same_map_static == Method(FRSPEC, 3, 16) and ctx.same_drafter_without_frspec == methods[1]
+    assert ctx.same_map_static == Method.drafting(FRSPEC, TreeShape.chain(3), 16)
+    assert ctx.same_drafter_without_frspec == methods[1]
     assert add_context_methods(methods[:3], []) == methods[:3]
 
 
@@ -46,9 +48,9 @@ def test_bad_context_options_are_refused(rows, budgets, message):
 
 def test_context_fields_are_validated():
     with pytest.raises(ValueError, match="together"):
-        Method(FRSPEC, 3, 16, context_rows=8)
+        Method(FRSPEC, 3, 16, TreeShape.chain(3), context_rows=8)
     with pytest.raises(ValueError, match="only fr-spec"):
-        Method("draft", 3, context_rows=8, context_budget="fixed")
+        Method("draft", 3, tree=TreeShape.chain(3), context_rows=8, context_budget="fixed")
 
 
 def test_cli_bench_context_rows_end_to_end_in_fp64(tiny_dirs, tmp_path, capsys):

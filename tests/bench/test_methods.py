@@ -1,6 +1,7 @@
 import pytest
 
 from frspec.bench.methods import DRAFT, FRSPEC, VANILLA, Method, plan_methods
+from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
 
 
@@ -11,7 +12,7 @@ def test_plan_has_vanilla_then_each_drafter_followed_by_its_frspec_maps():
         "draft k=1", "fr-spec k=1 map=8", "fr-spec k=1 map=16",
         "draft k=3", "fr-spec k=3 map=8", "fr-spec k=3 map=16",
     ]
-    assert methods[2].same_drafter_without_frspec == Method(DRAFT, 1)
+    assert methods[2].same_drafter_without_frspec == Method.drafting(DRAFT, TreeShape.chain(1))
     assert methods[1].same_drafter_without_frspec is None
 
 
@@ -27,11 +28,11 @@ def test_plan_rejects_bad_lists(ks, sizes):
 
 def test_method_fields_must_match_kind():
     with pytest.raises(ValueError):
-        Method(FRSPEC, 3)
+        Method(FRSPEC, 3, tree=TreeShape.chain(3))  # no map
     with pytest.raises(ValueError):
         Method(VANILLA, 3)
     with pytest.raises(ValueError):
-        Method(DRAFT, 3, 8)
+        Method(DRAFT, 3, 8, TreeShape.chain(3))  # a map on the plain drafter
     with pytest.raises(ValueError):
         Method("medusa", 3)
 
@@ -58,7 +59,7 @@ def test_plan_with_draft_trees_and_eagle_shapes():
     assert methods[6].same_drafter_without_frspec == methods[5]
     assert methods[8].same_drafter_without_frspec == methods[7]
     assert methods[5].same_drafter_without_frspec is None
-    assert methods[1].tree is None and methods[5].tree == TreeShape.chain(4)
+    assert methods[1].tree == TreeShape.chain(3) and methods[5].tree == TreeShape.chain(4)  # one spelling of a chain
     # Without a draft model only the EAGLE rows remain.
     eagle_only = plan_methods([3], [8], has_draft=False, eagle_tree_shapes=[TreeShape.chain(2)])
     assert [m.label for m in eagle_only] == ["vanilla", "eagle chain-2"]
@@ -75,7 +76,8 @@ def test_eagle_and_tree_methods_are_validated():
     with pytest.raises(ValueError):
         Method(EAGLE, 3, tree=TreeShape.chain(4))  # depth mismatch
     with pytest.raises(ValueError):
-        Method(DRAFT, 4, tree=TreeShape.chain(4))  # a draft chain is tree=None
+        Method(DRAFT, 4)  # a draft model's chain names its shape too (TreeShape.chain)
+    assert Method.drafting(DRAFT, TreeShape.chain(4)) == Method(DRAFT, 4, tree=TreeShape.chain(4))
     with pytest.raises(FrspecError):
         plan_methods([3], [8], eagle_tree_shapes=[TreeShape.chain(2)], eagle_token_map_sizes=[16, 16])
 

@@ -13,6 +13,7 @@ from frspec.bench.runner import run_benchmark
 from frspec.bench.summary import summarize
 from frspec.cli import main
 from frspec.decode.stats import GenerationStats
+from frspec.decode.tree_shape import TreeShape
 from frspec.models.quant import quantize_model
 from frspec.models.tokenizer import load_tokenizer
 from frspec.vocab.counting import count_tokens
@@ -25,10 +26,11 @@ def test_quantized_plan_labels_and_references():
     methods = plan_methods([2], [16], quant="int4") + [Method(LLAMACPP)]
     assert [m.label for m in methods] == ["int4 vanilla", "int4 draft k=2", "int4 fr-spec k=2 map=16",
                                           "llama.cpp vanilla"]
-    assert methods[2].same_drafter_without_frspec == Method(DRAFT, 2, quant="int4")
+    assert methods[2].same_drafter_without_frspec == Method.drafting(DRAFT, TreeShape.chain(2), quant="int4")
     assert methods[1].reference == Method(VANILLA, quant="int4") == methods[0]
     assert methods[3].reference == Method(VANILLA, quant="int4")  # llama.cpp: compared with frspec int4
-    assert Method(FRSPEC, 2, 16).reference == Method(VANILLA)  # unquantized rows keep the plain vanilla
+    # Unquantized rows keep the plain vanilla.
+    assert Method.drafting(FRSPEC, TreeShape.chain(2), 16).reference == Method(VANILLA)
     with pytest.raises(ValueError):
         Method(LLAMACPP, 3)
     with pytest.raises(ValueError):
@@ -107,17 +109,18 @@ def test_quantized_rows_match_their_own_vanilla_and_peer_row_is_reported(tiny_di
 
 def test_a_quantized_divergence_is_measured_on_the_quantized_target(tiny_dirs):
     """A speculative int4 row that differed from int4 vanilla is listed with the int4 target's margin."""
-    from frspec.bench.runner import BenchResult, Generation, find_divergences, top2_margin
+    from frspec.bench.divergence import Generation, find_divergences, top2_margin
+    from frspec.bench.runner import BenchResult, margin_targets
 
     target, _, quantized, tok = _pairs(tiny_dirs)
     stats = GenerationStats()
     gens = [Generation(Method(VANILLA, quant="int4"), "p", 3, [4, 5, 6], stats),
-            Generation(Method(DRAFT, 2, quant="int4"), "p", 3, [4, 9, 6], stats),
+            Generation(Method.drafting(DRAFT, TreeShape.chain(2), quant="int4"), "p", 3, [4, 9, 6], stats),
             Generation(Method(VANILLA), "p", 3, [4, 9, 6], stats),
             Generation(Method(LLAMACPP), "p", 3, [7, 7, 7], stats)]
     result = BenchResult(methods=[g.method for g in gens], prompt_ids=["p"], generations=gens, divergences=[],
                          greedy=True, max_new_tokens=3)
-    found = find_divergences(target, result, {"p": [1, 2, 3]}, {"int4": quantized})
+    found = find_divergences(result.generations, {"p": [1, 2, 3]}, margin_targets(target, {"int4": quantized}))
     assert [(d.method.label, d.position) for d in found] == [("int4 draft k=2", 1)]
     assert found[0].top2_margin == pytest.approx(top2_margin(quantized[0], [1, 2, 3, 4]))
 

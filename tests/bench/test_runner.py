@@ -6,16 +6,20 @@ from transformers import AutoModelForCausalLM
 
 from frspec.bench.datasets import encode_prompt
 from frspec.bench.methods import DRAFT, VANILLA, Method, plan_methods
-from frspec.bench.runner import BenchResult, Generation, find_divergences, first_difference, run_benchmark, top2_margin
+from frspec.bench.divergence import Generation, find_divergences, first_difference, top2_margin
+from frspec.bench.runner import BenchResult, margin_targets, run_benchmark
 from frspec.bench.summary import summarize
 from frspec.cli import main
 from frspec.models.tokenizer import load_tokenizer
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.stats import GenerationStats
+from frspec.decode.tree_shape import TreeShape
 from frspec.vocab.counting import count_tokens
 from frspec.vocab.token_map import TokenMap
 
 from tests.bench.conftest import CORPUS, VOCAB
+
+DRAFT_2 = Method.drafting(DRAFT, TreeShape.chain(2))
 
 
 def _load(tiny_dirs, dtype=torch.float64):
@@ -89,12 +93,12 @@ def test_divergence_records_position_and_target_margin(tiny_dirs):
     other_out = [5, 6, 9, 8]
     stats = GenerationStats(tokens=4, wall_time_s=1.0)
     result = BenchResult(
-        methods=[Method(VANILLA), Method(DRAFT, 2)], prompt_ids=[pid],
+        methods=[Method(VANILLA), DRAFT_2], prompt_ids=[pid],
         generations=[Generation(Method(VANILLA), pid, len(ids), vanilla_out, stats),
-                     Generation(Method(DRAFT, 2), pid, len(ids), other_out, stats)],
+                     Generation(DRAFT_2, pid, len(ids), other_out, stats)],
         divergences=[], greedy=True, max_new_tokens=4,
     )
-    (d,) = find_divergences(target, result, {pid: ids})
+    (d,) = find_divergences(result.generations, {pid: ids}, margin_targets(target))
     assert (d.prompt_id, d.position, d.vanilla_token, d.method_token) == (pid, 2, 7, 9)
     with torch.no_grad():
         top = target(torch.tensor([ids + [5, 6]])).logits[0, -1].topk(2).values

@@ -38,7 +38,7 @@ def test_replayed_acceptance_is_the_engines_in_fp64(tiny_dirs):
     ranks = draft_ranks(draft, draft_vocabs(draft, {48: token_map}), list(zip(prompts, outputs)))
     for key, tm in ((None, None), (48, token_map)):
         for shape in (TreeShape.chain(1), TreeShape.chain(3), TreeShape.static(2, 2), TreeShape.static(3, 2)):
-            gen = build_generator(target, draft, tm, shape.depth, tok, tree=None if shape.kind == "chain" else shape)
+            gen = build_generator(target, draft, tm, tokenizer=tok, tree=shape)
             runs = [gen.generate(input_ids=torch.tensor([p]), max_new_tokens=20, sampling=SamplingParams())
                     for p in prompts]
             assert [list(r.token_ids) for r in runs] == outputs  # lossless, and the replay's reference

@@ -61,7 +61,7 @@ def test_greedy_identity_on_cuda(target, kind, shape):
         pytest.skip("vanilla decoding drafts no shape")
     args = {} if kind == "vanilla" else to_device(drafter_args(kind, target))  # built on the CPU, then moved
     model = _on_device(target)
-    shape_args = dict(num_spec_tokens=4) if shape == "chain-k" else dict(tree=SHAPES[shape])
+    shape_args = dict(tree=SHAPES[shape]) if shape != "chain-k" else {} if kind == "vanilla" else dict(num_spec_tokens=4)
     generator = build_generator(model, **shape_args, **args)
     ref = greedy_reference(model, PROMPT, 24)
     out = generator.generate(input_ids=PROMPT, max_new_tokens=24, eos_token_ids=[])
@@ -202,7 +202,7 @@ def test_mtp_greedy_identity_on_cuda(mtp_checkpoints, family, shape):
     reference = greedy_reference(target, MTP_PROMPT, 24)
     token_map = TokenMap(list(range(0, MTP_VOCAB, 2)) + list(range(1, MTP_VOCAB // 2, 2)), MTP_VOCAB)
     for tm in (None, token_map):
-        generator = build_generator(target, eagle=head, tree=tree, num_spec_tokens=4, token_map=tm)
+        generator = build_generator(target, eagle=head, tree=tree, token_map=tm)
         out = generator.generate(input_ids=MTP_PROMPT, max_new_tokens=24, eos_token_ids=[])
         assert out.token_ids == reference, (family, shape, tm is not None)
         assert out.stats.accepted_per_position[0] > 0

@@ -10,6 +10,7 @@ from frspec.decode.draft_model import DraftModelDrafter
 from frspec.decode.engine import SpeculativeGenerator
 from frspec.decode.factory import build_generator
 from frspec.decode.sampling import SamplingParams
+from frspec.decode.tree_shape import TreeShape
 from frspec.vocab.token_map import TokenMap
 
 from tests.decode.spec_tiny import tiny_lm, tiny_tokenizer
@@ -57,7 +58,23 @@ def test_num_spec_tokens_below_one(models, k):
     with pytest.raises(FrspecError, match="num_spec_tokens"):
         build_generator(target, draft, num_spec_tokens=k)
     with pytest.raises(FrspecError, match="num_spec_tokens"):
-        SpeculativeGenerator(target, None, num_spec_tokens=k)
+        SpeculativeGenerator(target, None, tree=TreeShape.chain(k))  # the chain refuses its length itself
+
+
+def test_a_chain_length_and_a_tree_together_are_refused_not_one_silently_preferred(models):
+    """One spelling of what to draft: num_spec_tokens=k is TreeShape.chain(k); both at once is a one-line error,
+    as is a drafter without a shape or a controller."""
+    target, draft = models
+    for tree in (TreeShape.chain(3), TreeShape.static(2, 2)):
+        with pytest.raises(FrspecError, match="not both") as error:
+            build_generator(target, draft, num_spec_tokens=3, tree=tree)
+        assert "\n" not in str(error.value)
+    with pytest.raises(FrspecError, match="not both"):
+        build_generator(target, draft, num_spec_tokens="auto", tree=TreeShape.chain(2))
+    assert build_generator(target, draft, num_spec_tokens=3).shape == build_generator(
+        target, draft, tree=TreeShape.chain(3)).shape == TreeShape.chain(3)
+    with pytest.raises(FrspecError, match="shape"):
+        SpeculativeGenerator(target, DraftModelDrafter(draft))
 
 
 def test_target_draft_vocabulary_mismatch_before_any_work():

@@ -35,7 +35,7 @@ def test_text_prompt_and_chat_template(setup):
 @pytest.mark.parametrize("k", [None, 8], ids=["vanilla", "draft-k8"])
 def test_stop_string_ends_generation_even_inside_an_accepted_draft(setup, k):
     tok, target = setup
-    generator = build_generator(target, target if k else None, num_spec_tokens=k or 4, tokenizer=tok)
+    generator = build_generator(target, target if k else None, num_spec_tokens=k, tokenizer=tok)
     ref = generator.generate(prompt="the cat", max_new_tokens=40, eos_token_ids=[])
     text = ref.text
     assert len(text) > 12

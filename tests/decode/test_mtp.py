@@ -27,7 +27,7 @@ from frspec.vocab.token_map import TokenMap
 VOCAB = 96
 PROMPT = [5, 9, 13, 2, 7, 40, 3]
 NEW = 24
-SHAPES = {"chain": None, "static": TreeShape.static(3, 2), "dynamic": TreeShape.dynamic(3, 2, 6)}
+SHAPES = {"chain": TreeShape.chain(4), "static": TreeShape.static(3, 2), "dynamic": TreeShape.dynamic(3, 2, 6)}
 MAPS = ("none", "map", "map+context")
 
 
@@ -59,7 +59,7 @@ def _map_kwargs(kind: str) -> dict:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_mtp_greedy_is_the_targets_greedy(loaded, family, shape, vocab):
     target, head, reference = loaded[family]
-    generator = build_generator(target, eagle=head, tree=SHAPES[shape], num_spec_tokens=4, **_map_kwargs(vocab))
+    generator = build_generator(target, eagle=head, tree=SHAPES[shape], **_map_kwargs(vocab))
     assert isinstance(generator.drafter, MtpDrafter)
     assert generator.method == ("mtp" if vocab == "none" else "mtp+fr-spec")
     out = generator.generate(input_ids=PROMPT, max_new_tokens=NEW, eos_token_ids=[])
@@ -87,8 +87,8 @@ def test_qwen3_5_released_multimodal_layout(checkpoints, loaded, tmp_path, shape
     _, _, reference = loaded["qwen3_5"]
     path = as_qwen3_5_release(checkpoints["qwen3_5"], tmp_path / "release")
     target = load_target(path)
-    out = build_generator(target, eagle=load_mtp_head(target, path), tree=SHAPES[shape],
-                          num_spec_tokens=4).generate(input_ids=PROMPT, max_new_tokens=NEW, eos_token_ids=[])
+    out = build_generator(target, eagle=load_mtp_head(target, path), tree=SHAPES[shape]
+                          ).generate(input_ids=PROMPT, max_new_tokens=NEW, eos_token_ids=[])
     assert out.token_ids == reference and out.stats.accepted_per_position[0] > 0
 
 
@@ -167,8 +167,7 @@ def test_hybrid_target_restores_state_at_every_depth(strong_hybrids, family, tre
     target = strong_hybrids[family]
     reference = hf_greedy(target, PROMPT, 40)
     drafter = _ScriptedDrafter(target, reference, depths=[0, 1, 2, 3, 4], tree=tree)
-    generator = build_generator(target, drafter, num_spec_tokens=4,
-                                tree=TreeShape.static(4, 2) if tree else None)
+    generator = build_generator(target, drafter, tree=TreeShape.static(4, 2) if tree else TreeShape.chain(4))
     out = generator.generate(input_ids=PROMPT, max_new_tokens=40, eos_token_ids=[])
     assert out.token_ids == reference
     proposed, accepted = out.stats.proposed_per_position, out.stats.accepted_per_position

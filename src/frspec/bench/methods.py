@@ -1,10 +1,11 @@
 """The decoding methods a benchmark compares: vanilla, a draft model, an EAGLE head, the target's own MTP layers,
 each drafter with FR-Spec maps.
 
-A drafter drafts a chain or a token tree (frspec.decode.tree_shape.TreeShape). A draft model's plain chain of k
-tokens is `tree=None` and labelled by k ("draft k=3", the rows the bench had before trees); its static and dynamic
-trees, and every EAGLE shape including chains, carry their TreeShape, labelled by its text (`str(shape)`). The
-engine drafts both through the same step.
+A drafter drafts a chain or a token tree, always given as its TreeShape (frspec.decode.tree_shape; a chain of k
+tokens is `TreeShape.chain(k)`); only a draft model's auto row has none (the controller chooses the length per
+step). A draft model's chain is labelled by k ("draft k=3", the rows the bench had before trees); its trees, and
+every EAGLE shape including chains, by the shape's text (`str(shape)`). The engine drafts both through the same
+step.
 
 A method may run on a quantized copy of the target and draft (`quant` "int4"/"int8": "int4 vanilla",
 "int4 fr-spec k=3 map=32768"); its greedy reference is that quantized target's own vanilla row, never the bf16
@@ -50,8 +51,8 @@ class Method:
     kind is "vanilla" (target only), "draft" (draft model over the full vocabulary), "fr-spec" (the same draft
     model with its LM head restricted to a token map of token_map_size ids), "eagle" (an EAGLE head) or
     "eagle+fr-spec" (the head with a token map), "mtp" / "mtp+fr-spec" (the target's own MTP layers, drafting as a
-    head does). num_spec_tokens is the drafted depth; `tree` the shape drafted,
-    None for a draft model's plain chain. A map method with `context_rows` drafts context-aware
+    head does). `tree` is the shape drafted (None only for a draft model's auto row: the controller chooses the
+    chain's length), num_spec_tokens its depth (an auto row's: the longest it may draft). A map method with `context_rows` drafts context-aware
     (vocab/context_vocab.py): the map plus up to that many rows for the request's tokens, under `context_budget`
     ("fixed": within the map's rows; "additive": beside them).
     """
@@ -82,10 +83,9 @@ class Method:
             raise ValueError("token_map_size is set exactly for fr-spec methods")
         if self.kind in TARGET_ONLY and self.tree is not None:
             raise ValueError("vanilla drafts no tree")
-        if self.kind in EAGLE_KINDS and self.tree is None:
-            raise ValueError("EAGLE and MTP methods draft trees: give the shape (TreeShape.chain for a chain)")
-        if self.kind in (DRAFT, FRSPEC) and self.tree is not None and self.tree.kind == "chain":
-            raise ValueError("a draft model's chain is tree=None with num_spec_tokens")
+        if self.kind not in TARGET_ONLY and self.tree is None and not (self.auto and self.kind == FRSPEC):
+            raise ValueError("a speculative method drafts a shape: give it (TreeShape.chain(k) for a chain); only "
+                             "a draft model's auto row leaves the length to the controller")
         if self.tree is not None and self.tree.depth != self.num_spec_tokens:
             raise ValueError("num_spec_tokens must be the tree's depth")
         if self.vllm_full_row and self.token_map_size is None:
@@ -100,9 +100,8 @@ class Method:
     @classmethod
     def drafting(cls, kind: str, shape: TreeShape, token_map_size: int | None = None, quant: str | None = None
                  ) -> Method:
-        """A speculative method drafting `shape`; a draft model's chain becomes its plain chain (tree=None)."""
-        plain_chain = kind in (DRAFT, FRSPEC) and shape.kind == "chain"
-        return cls(kind, shape.depth, token_map_size, None if plain_chain else shape, quant=quant)
+        """A speculative method drafting `shape`."""
+        return cls(kind, shape.depth, token_map_size, shape, quant=quant)
 
     @property
     def tree_label(self) -> str | None:
@@ -110,9 +109,7 @@ class Method:
         None for vanilla, "auto" for a chain whose length the controller chooses."""
         if self.kind in TARGET_ONLY:
             return None
-        if self.auto and self.tree is None:
-            return "auto"
-        return str(self.tree if self.tree is not None else TreeShape.chain(self.num_spec_tokens))
+        return "auto" if self.tree is None else str(self.tree)
 
     @property
     def label(self) -> str:
@@ -124,7 +121,8 @@ class Method:
         if self.auto:
             shape = "auto" if self.tree is None else f"{self.tree_label} map=auto"
             return f"{prefix}{self.kind} {shape} (maps <= {self.token_map_size})"
-        shape = f"k={self.num_spec_tokens}" if self.tree is None else self.tree_label
+        chain = self.kind in (DRAFT, FRSPEC) and self.tree.kind == "chain"
+        shape = f"k={self.num_spec_tokens}" if chain else self.tree_label
         return (f"{prefix}{self.kind} {shape}"
                 + (f" map={self.token_map_size}" if self.token_map_size is not None else "")
                 + (f" {self.context_label}" if self.context_rows is not None else "")

@@ -200,6 +200,7 @@ def plan_bench(
     draft_quant: str | None = None,
     threads: int | None = None,
     dataset: str | None = None,
+    mix: str | None = None,
     field: str = "prompt",
     num_prompts: int | None = None,
     max_new_tokens: int | None = None,
@@ -236,7 +237,12 @@ def plan_bench(
 ) -> BenchPlan:
     """The preset's values (QUICK with quick, else DEFAULT) with the given ones on top, checked. With a config that
     drafts, the grid's draft lengths and map sizes are only the ones given explicitly (the config adds its own row).
-    Tree shapes are given as text (decode/tree_shape.py's syntax); `say` receives notes (default: none)."""
+    Tree shapes are given as text (decode/tree_shape.py's syntax); `mix` "A,B" is `dataset="mix:A,B"`; `say`
+    receives notes (default: none)."""
+    if mix is not None:
+        if dataset is not None:
+            raise FrspecError("give --dataset or --mix, not both")
+        dataset = f"mix:{mix}"
     preset = QUICK if quick else DEFAULT
     quant = parse_quant(quant)
     draft_quant = parse_quant(draft_quant) if draft_quant is not None else quant  # default: as the target

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from tqdm.auto import tqdm
 
+from frspec.bench.divergence import Divergence, Generation, find_divergences
 from frspec.bench.methods import LLAMACPP, VANILLA, Method
 from frspec.models.eagle import EagleHead
 from frspec.decode.sampling import SamplingParams
@@ -27,35 +28,6 @@ from frspec.vocab.token_map import TokenMap
 
 
 WARMUP_PROMPT_TOKENS = 256  # prompt tokens a warm-up generation reads (the first prompt's last ones)
-
-
-@dataclass
-class Generation:
-    """One measured generation: which method on which prompt, what it produced, and the engine's stats."""
-
-    method: Method
-    prompt_id: str
-    prompt_tokens: int
-    token_ids: list[int]
-    stats: Any  # frspec.decode.stats.GenerationStats
-
-
-@dataclass
-class Divergence:
-    """Where a greedy speculative output first differs from vanilla's on the same prompt.
-
-    top2_margin is the target's logit gap between its best and second-best token at that position, computed with
-    one forward over the prompt plus the shared prefix. A small margin means a numerical near-tie (expected in
-    bf16, where a 1-row and a (k+1)-row forward round differently), a large one would mean a real bug. A token
-    of -1 means that output had already ended (EOS) at that position.
-    """
-
-    method: Method
-    prompt_id: str
-    position: int
-    vanilla_token: int
-    method_token: int
-    top2_margin: float
 
 
 @dataclass
@@ -74,22 +46,9 @@ class BenchResult:
         return [g for g in self.generations if g.method == method]
 
 
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """Index of the first position where a and b differ (a length mismatch counts), or None if equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-@torch.inference_mode()
-def top2_margin(model: torch.nn.Module, input_ids: Sequence[int]) -> float:
-    """The model's logit gap between its top-1 and top-2 next token after input_ids (computed in float64)."""
-    device = next(model.parameters()).device
-    ids = torch.tensor([list(input_ids)], dtype=torch.long, device=device)
-    logits = model(input_ids=ids).logits[0, -1].double()
-    top = torch.topk(logits, 2).values
-    return float(top[0] - top[1])
+def margin_targets(target: torch.nn.Module, quantized: Mapping[str, tuple[Any, Any]] = {}):
+    """For `find_divergences`: the target a method's divergences are measured on (its quantized copy if any)."""
+    return lambda method: _models_of(method, target, None, quantized)[0]
 
 
 def _models_of(m: Method, target, draft, quantized: Mapping[str, tuple[Any, Any]]):
@@ -151,13 +110,13 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
                     token_map=token_maps[ranked.token_map_size], tokenizer=tokenizer, token_map_size="auto")
             drafter = drafters[ranked_key]
             if m.auto:
-                generators[m] = build_generator(
-                    m_target, draft=drafter, token_map_size="auto", tokenizer=tokenizer, tree=m.tree,
-                    num_spec_tokens=None if m.tree is None else m.num_spec_tokens)
+                # tree None (a draft model's auto row): the controller chooses the length too.
+                generators[m] = build_generator(m_target, draft=drafter, token_map_size="auto", tokenizer=tokenizer,
+                                                tree=m.tree)
             else:
                 size = m.token_map_size if m.token_map_size is not None else drafter.vocab.full_size
-                generators[m] = build_generator(m_target, draft=drafter, num_spec_tokens=m.num_spec_tokens,
-                                                tokenizer=tokenizer, tree=m.tree, token_map_size=size)
+                generators[m] = build_generator(m_target, draft=drafter, tokenizer=tokenizer, tree=m.tree,
+                                                token_map_size=size)
             continue
         key = (m.uses_eagle, m.token_map_size, m.context_rows, m.context_budget, m.quant)
         if key not in drafters:
@@ -169,9 +128,7 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
                 context_rows=m.context_rows or 0, context_budget=m.context_budget or "fixed",
                 head_quant=quant_draft_heads.get(m.quant, m.quant) if m.quant is not None else draft_head_quant,
             )
-        generators[m] = build_generator(
-            m_target, draft=drafters[key], num_spec_tokens=m.num_spec_tokens, tokenizer=tokenizer, tree=m.tree
-        )
+        generators[m] = build_generator(m_target, draft=drafters[key], tokenizer=tokenizer, tree=m.tree)
     return generators
 
 
@@ -236,7 +193,7 @@ def run_benchmark(
 
     With sampling, each prompt gets its own seed (sampling.seed + prompt index), the same for every method. With
     greedy decoding, every speculative output is compared to vanilla's and each difference is recorded with the
-    target's top-2 logit margin there; nothing is hidden or retried.
+    target's top-2 logit margin there (bench/divergence.py); nothing is hidden or retried.
     """
     methods = list(methods)
     if not prompts:
@@ -285,48 +242,5 @@ def run_benchmark(
         bar.close()
 
     if result.greedy:
-        result.divergences = find_divergences(target, result, dict(prompts), quantized)
+        result.divergences = find_divergences(result.generations, dict(prompts), margin_targets(target, quantized))
     return result
-
-
-def find_divergences(target: torch.nn.Module, result: BenchResult, prompt_tokens: dict[str, list[int]],
-                     quantized: Mapping[str, tuple[torch.nn.Module, Any]] = {}) -> list[Divergence]:
-    """Compare each greedy speculative output to its reference vanilla row's (the same, possibly quantized,
-    target alone) on the same prompt; measure that target's margin. The llama.cpp row is not checked here (other
-    kernels: see `reference_agreement`)."""
-    reference = {(g.method, g.prompt_id): g.token_ids for g in result.generations if g.method.kind == VANILLA}
-    found = []
-    for g in result.generations:
-        if g.method.kind in (VANILLA, LLAMACPP) or (g.method.reference, g.prompt_id) not in reference:
-            continue
-        ref = reference[(g.method.reference, g.prompt_id)]
-        pos = first_difference(ref, g.token_ids)
-        if pos is None:
-            continue
-        prefix = prompt_tokens[g.prompt_id] + ref[:pos]
-        found.append(
-            Divergence(
-                method=g.method,
-                prompt_id=g.prompt_id,
-                position=pos,
-                vanilla_token=ref[pos] if pos < len(ref) else -1,
-                method_token=g.token_ids[pos] if pos < len(g.token_ids) else -1,
-                top2_margin=top2_margin(_models_of(g.method, target, None, quantized)[0], prefix),
-            )
-        )
-    return found
-
-
-def reference_agreement(result: BenchResult, method: Method) -> tuple[int, int] | None:
-    """(tokens before the first difference from the reference row, summed over prompts; tokens of the method):
-    how long the method's greedy output follows its reference's. None without the reference row."""
-    reference = {g.prompt_id: g.token_ids for g in result.generations_of(method.reference)}
-    if not reference:
-        return None
-    agree = total = 0
-    for g in result.generations_of(method):
-        if g.prompt_id in reference:
-            pos = first_difference(reference[g.prompt_id], g.token_ids)
-            agree += len(g.token_ids) if pos is None else pos
-            total += len(g.token_ids)
-    return agree, total

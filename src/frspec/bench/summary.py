@@ -5,6 +5,8 @@ its length; the per-prompt median speedups ride along for readers who prefer med
 record's `decode_tokens_per_s` (decode-step tokens per second after the prefill, the table's tok/s column) and
 speedups are ratios of it, measured side by side in the same process; `end_to_end_tokens_per_s` rides along.
 
+`greedy_identity` and `speedups` define those columns for vLLM's rows too (bench/vllm_runner.py, per batch size).
+
 Quantized rows: a speculative row's reference (greedy identity, speedup vs vanilla) is its own quantized target's
 vanilla row; a quantized vanilla row and the llama.cpp row are compared with the unquantized vanilla row, and
 every row with the llama.cpp row when there is one.
@@ -16,7 +18,8 @@ import statistics
 from typing import Any
 
 from frspec.bench.methods import LLAMACPP, TARGET_ONLY, VANILLA, Method
-from frspec.bench.runner import BenchResult, Generation, reference_agreement
+from frspec.bench.divergence import Generation, reference_agreement
+from frspec.bench.runner import BenchResult
 from frspec.decode.stats import GenerationStats
 
 
@@ -39,6 +42,32 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
+def greedy_identity(m: Method, methods, differing: dict[Method, set[str]], greedy: bool = True) -> str:
+    """The Greedy Identical cell: "reference" for vanilla, "yes" or "N differ" (prompts whose output differs from
+    the reference row's), or "n/a (...)" where there is nothing to check (llama.cpp, sampling, no vanilla row)."""
+    if m.kind == VANILLA:
+        return "reference"
+    if m.kind == LLAMACPP:
+        return "n/a (llama.cpp)"  # other kernels: its agreement with int4 vanilla is in the JSON
+    if not greedy:
+        return "n/a (sampling)"
+    if m.reference not in methods:
+        return "n/a (no vanilla)"
+    n = len(differing.get(m, ()))
+    return "yes" if n == 0 else f"{n} differ"
+
+
+def speedups(m: Method, throughput: dict[Method, float]) -> tuple[float | None, float | None]:
+    """(speedup vs vanilla, speedup vs the same drafter without FR-Spec) from rows measured side by side: a
+    speculative row against its own (quantized) target's vanilla row, a quantized vanilla row against the
+    unquantized one; FR-Spec against the same drafter and shape over the full vocabulary."""
+    vanilla = Method(VANILLA)
+    base = vanilla if m.kind in TARGET_ONLY else m.reference
+    baseline = m.same_drafter_without_frspec  # eagle+fr-spec: the same head and shape without the map
+    return (_ratio(throughput[m], throughput.get(base)) if m != vanilla else None,
+            _ratio(throughput[m], throughput.get(baseline)) if baseline else None)
+
+
 def summarize(result: BenchResult) -> list[dict[str, Any]]:
     """One dict per method, in the order run, with the report's columns plus raw totals.
 
@@ -55,19 +84,8 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
         gens = result.generations_of(m)
         agg = _aggregate(gens)
         throughput[m] = agg.decode_tokens_per_s
-        if m.kind == VANILLA:
-            correctness = "reference"
-        elif m.kind == LLAMACPP:
-            correctness = "n/a (llama.cpp)"  # other kernels: its agreement with int4 vanilla is in the JSON
-        elif not result.greedy:
-            correctness = "n/a (sampling)"
-        elif m.reference not in result.methods:
-            correctness = "n/a (no vanilla)"
-        else:
-            n = len(differing.get(m, ()))
-            correctness = "yes" if n == 0 else f"{n} differ"
         speculative = m.kind not in TARGET_ONLY
-        agreement = reference_agreement(result, m) if result.greedy and m.kind != VANILLA else None
+        agreement = reference_agreement(result.generations, m) if result.greedy and m.kind != VANILLA else None
         rows.append(
             {
                 "label": m.label,
@@ -90,7 +108,7 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
                 "end_to_end_tokens_per_s": agg.end_to_end_tokens_per_s,
                 "forward_ratio": agg.forward_ratio if speculative else None,
                 "lm_head_share": agg.lm_head_share if speculative else None,
-                "greedy_identical": correctness,
+                "greedy_identical": greedy_identity(m, result.methods, differing, result.greedy),
                 "prompts": len(gens),
                 "tokens": agg.tokens,
                 "decode_tokens": agg.decode_tokens,
@@ -117,10 +135,10 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
     peer = next((m for m in result.methods if m.kind == LLAMACPP), None)
     for m, row in zip(result.methods, rows):
         base = vanilla if m.kind in TARGET_ONLY else m.reference  # a quantized vanilla row: against bf16's
-        row["speedup_vs_vanilla"] = _ratio(throughput[m], throughput.get(base)) if m != vanilla else None
+        row["speedup_vs_vanilla"], speedup_vs_drafter = speedups(m, throughput)
         row["speedup_vs_llamacpp"] = _ratio(throughput[m], throughput.get(peer)) if peer and m != peer else None
-        baseline = m.same_drafter_without_frspec  # eagle+fr-spec: the same head and shape without the map
-        row["speedup_vs_drafter"] = _ratio(throughput[m], throughput.get(baseline)) if baseline else None
+        row["speedup_vs_drafter"] = speedup_vs_drafter
+        baseline = m.same_drafter_without_frspec
         static = m.same_map_static  # context-aware rows: the same map, static
         row["speedup_vs_static_map"] = _ratio(throughput[m], throughput.get(static)) if static else None
         row["median_prompt_speedup_vs_vanilla"] = (

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from frspec.bench.divergence import Divergence, Generation, find_divergences
 from frspec.bench.methods import VANILLA, Method, plan_methods
 from frspec.bench.plan import BenchPlan
 from frspec.errors import FrspecError
@@ -203,12 +204,19 @@ def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: st
 
 
 def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes: Sequence[int],
-              divergent: dict[tuple[Method, int], set[str]]) -> list[dict[str, Any]]:
+              divergences: Sequence[Divergence]) -> list[dict[str, Any]]:
     """One row per (method, batch size): medians over rounds of throughput (all generated tokens / wall time of the
-    generate calls) and per-request latency, acceptance from vLLM's spec-decode counters, speedups, identity."""
+    generate calls) and per-request latency, acceptance from vLLM's spec-decode counters; greedy identity and
+    speedups as for frspec's engine (bench/summary.py), among the rows of the same batch size."""
+    from frspec.bench.summary import greedy_identity, speedups
+
     rows = []
-    throughput: dict[tuple[Method, int], float] = {}
     for b in batch_sizes:
+        throughput: dict[Method, float] = {}
+        differing: dict[Method, set[str]] = {}
+        for d in divergences:
+            if d.batch_size == b:
+                differing.setdefault(d.method, set()).add(d.prompt_id)
         for m in methods:
             batches = [bt for r in runs if r.method == m for bt in r.batches if bt.batch_size == b]
             per_round: dict[int, list[Batch]] = {}
@@ -216,61 +224,58 @@ def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes:
                 per_round.setdefault(bt.round, []).append(bt)
             rates = [sum(len(t) for bt in bs for t in bt.token_ids) / sum(bt.wall_s for bt in bs)
                      for bs in per_round.values()]
-            throughput[(m, b)] = statistics.median(rates)
+            throughput[m] = statistics.median(rates)
             drafts, accepted = sum(bt.drafts for bt in batches), sum(bt.accepted for bt in batches)
             rows.append({
-                "label": m.label, "method": m.kind + (" full-row" if m.vllm_full_row else ""), "num_spec_tokens": m.num_spec_tokens,
+                "label": m.label, "method": m.kind + (" full-row" if m.vllm_full_row else ""),
+                "num_spec_tokens": m.num_spec_tokens,
                 "token_map_size": m.token_map_size, "batch_size": b,
                 "acceptance_length": 1.0 if m.kind == VANILLA else (1 + accepted / drafts if drafts else None),
-                "tokens_per_s": throughput[(m, b)],
+                "tokens_per_s": throughput[m],
                 "tokens_per_s_rounds": rates,
                 "latency_s": statistics.median([x for bt in batches for x in bt.latencies_s]),
-                "greedy_identical": "reference" if m.kind == VANILLA else (
-                    "yes" if not divergent.get((m, b)) else f"{len(divergent[(m, b)])} differ"),
+                "greedy_identical": greedy_identity(m, methods, differing),
                 "drafter_rows": next((r.drafter_rows for r in runs if r.method == m), None),
                 "drafter_path": next((r.drafter_path for r in runs if r.method == m), None),
                 "startup_s": statistics.median([r.startup_s for r in runs if r.method == m]),
                 "tokens": sum(len(t) for bt in batches for t in bt.token_ids),
                 "drafts": drafts, "accepted_tokens": accepted,
             })
-    for row, (m, b) in zip(rows, [(m, b) for b in batch_sizes for m in methods]):
-        vanilla = throughput.get((Method(VANILLA), b))
-        base = m.same_drafter_without_frspec
-        row["speedup_vs_vanilla"] = throughput[(m, b)] / vanilla if vanilla and m.kind != VANILLA else None
-        row["speedup_vs_drafter"] = throughput[(m, b)] / throughput[(base, b)] if base in methods else None
-        compact = replace(m, vllm_full_row=False)
-        row["full_row_vs_compact"] = (throughput[(m, b)] / throughput[(compact, b)]
-                                      if m.vllm_full_row and compact in methods else None)
+        for row, m in zip(rows[-len(methods):], methods):
+            row["speedup_vs_vanilla"], row["speedup_vs_drafter"] = speedups(m, throughput)
+            compact = replace(m, vllm_full_row=False)
+            row["full_row_vs_compact"] = (throughput[m] / throughput[compact]
+                                          if m.vllm_full_row and compact in methods else None)
     return rows
 
 
-def find_divergences(runs: Sequence[EngineRun], prompt_tokens: dict[str, list[int]], target_dir: str, dtype: str):
+def generations(runs: Sequence[EngineRun], prompt_tokens: dict[str, list[int]]) -> list[Generation]:
+    """Every request's output, with the round and batch size it ran in (bench/divergence.py compares them)."""
+    return [Generation(bt.method, pid, len(prompt_tokens[pid]), ids, None, bt.round, bt.batch_size)
+            for r in runs for bt in r.batches for pid, ids in zip(bt.prompt_ids, bt.token_ids)]
+
+
+def vllm_divergences(runs: Sequence[EngineRun], prompt_tokens: dict[str, list[int]], target_dir: str, dtype: str
+                     ) -> list[Divergence]:
     """Every greedy output that differs from vanilla's at the same batch size and round, with the target's top-2
     margin at the first differing position (the target is loaded in torch only if something differs)."""
-    from frspec.bench.runner import first_difference, top2_margin
+    loaded = []
 
-    vanilla = {(bt.round, bt.batch_size, pid): ids for r in runs if r.method.kind == VANILLA
-               for bt in r.batches for pid, ids in zip(bt.prompt_ids, bt.token_ids)}
-    found, model = [], None
-    for r in runs:
-        if r.method.kind == VANILLA:
-            continue
-        for bt in r.batches:
-            for pid, ids in zip(bt.prompt_ids, bt.token_ids):
-                ref = vanilla.get((bt.round, bt.batch_size, pid))
-                pos = None if ref is None else first_difference(ref, ids)
-                if pos is None:
-                    continue
-                if model is None:
-                    from frspec.models.loading import load_model
+    def target(method: Method):
+        if not loaded:
+            from frspec.models.loading import load_model
 
-                    model = load_model(target_dir, dtype=dtype)
-                found.append({"method": r.method.label, "batch_size": bt.batch_size, "round": bt.round,
-                              "prompt_id": pid, "position": pos,
-                              "vanilla_token": ref[pos] if pos < len(ref) else -1,
-                              "method_token": ids[pos] if pos < len(ids) else -1,
-                              "top2_margin": top2_margin(model, prompt_tokens[pid] + ref[:pos])})
-    return found
+            loaded.append(load_model(target_dir, dtype=dtype))
+        return loaded[0]
+
+    return find_divergences(generations(runs, prompt_tokens), prompt_tokens, target)
+
+
+def divergence_dict(d: Divergence) -> dict[str, Any]:
+    """A divergence as results.json lists it."""
+    return {"method": d.method.label, "batch_size": d.batch_size, "round": d.round, "prompt_id": d.prompt_id,
+            "position": d.position, "vanilla_token": d.vanilla_token, "method_token": d.method_token,
+            "top2_margin": d.top2_margin}
 
 
 COLUMNS = [("method", "Method"), ("num_spec_tokens", "Num Spec Tokens"), ("token_map_size", "Token Map Size"),
@@ -404,12 +409,8 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
                                     plan.vllm_compiled)
             runs.append(run_engine(m, r, kwargs, map_files.get(m.token_map_size), encoded, batch_sizes,
                                    plan.max_new_tokens, plan.warmup_tokens, say, distinct))
-    divergences = find_divergences(runs, dict(encoded), target_dir, plan.dtype)
-    divergent: dict[tuple[Method, int], set[str]] = {}
-    for d in divergences:
-        m = next(x for x in methods if x.label == d["method"])
-        divergent.setdefault((m, d["batch_size"]), set()).add(d["prompt_id"])
-    rows = summarize(runs, methods, batch_sizes, divergent)
+    divergences = vllm_divergences(runs, dict(encoded), target_dir, plan.dtype)
+    rows = summarize(runs, methods, batch_sizes, divergences)
     payload = {
         "meta": {"engine": "vllm", "vllm_version": vllm.__version__, "commit": commit,
                  "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": plan.command,
@@ -423,7 +424,7 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
                  "vocab_size": vocab_size,
                  "run_time_s": time.perf_counter() - start,
                  "load_average_start": load_start, "load_average_end": list(os.getloadavg())},
-        "rows": rows, "divergences": divergences,
+        "rows": rows, "divergences": [divergence_dict(d) for d in divergences],
         "generations": [{"method": bt.method.label, "round": bt.round, "batch_size": bt.batch_size,
                          "prompt_ids": bt.prompt_ids, "token_ids": bt.token_ids, "wall_s": bt.wall_s,
                          "latencies_s": bt.latencies_s, "drafts": bt.drafts, "accepted": bt.accepted}

@@ -190,14 +190,15 @@ def run_generate(args: argparse.Namespace) -> int:
         token_map_size = "auto" if token_map is not None else None
     if token_map is not None and token_map_size is None and draft_quant(args) is not None:
         token_map_size = token_map.k  # a quantized head is packed for one row count: the map's own
-    # A tree is given explicitly (its options); a chain's length is automatic unless --num-spec-tokens is a number.
-    drafted = tree if drafting and args.tree_depth is not None else None
+    # The one spelling below the command line: a TreeShape when --num-spec-tokens is a number or a tree's options
+    # are given; None (auto): the controller chooses the length per step.
+    drafted = tree if drafting and (num_spec_tokens is not None or args.tree_depth is not None) else None
     costs = None
     if config is not None and config.costs and drafting:
         from frspec.decode.step_costs import StepCosts
 
         costs = StepCosts.from_dict(config.costs, f"config file {args.config}: 'costs'")
-    generator = build_generator(target, draft, token_map, num_spec_tokens, tokenizer, eagle=eagle, tree=drafted,
+    generator = build_generator(target, draft, token_map, tokenizer=tokenizer, eagle=eagle, tree=drafted,
                                 context_rows=args.context_rows, context_budget=args.context_budget,
                                 token_map_size=token_map_size, costs=costs, draft_head_quant=draft_quant(args))
 

@@ -19,6 +19,14 @@ DTYPE_CHOICES = ("auto", *DTYPE_NAMES.values())
 DEFAULT_SEED = 0
 
 
+def int_list(text: str) -> tuple[int, ...]:
+    """An argparse type: "1,3,5" -> (1, 3, 5)."""
+    try:
+        return tuple(int(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
 def add_dtype(parser: argparse.ArgumentParser, auto: str = "bf16 on CPU, the model's half dtype on a GPU",
               name: str = "--dtype", what: str = "model dtype", default: str = "auto") -> None:
     parser.add_argument(name, default=default, metavar="{" + ",".join(DTYPE_CHOICES) + "}",

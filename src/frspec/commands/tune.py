@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from frspec.commands.options import add_device, add_dtype, add_quant_options, add_threads, draft_quant, target_quant
+from frspec.commands.options import (
+    add_device, add_dtype, add_quant_options, add_threads, draft_quant, int_list, target_quant,
+)
 from frspec.decode.decode_config import CONTEXT_BUDGETS
 from frspec.errors import FrspecError
 
@@ -46,13 +48,6 @@ class Preset:
 # 1 of cost curves and ranks, 2-3 of the confirming bench: vanilla and four configurations x 3 prompts x 48 tokens).
 QUICK = Preset(num_prompts=4, max_new_tokens=48, confirm_prompts=3, confirm_tokens=48)
 DEFAULT = Preset(num_prompts=8, max_new_tokens=128, confirm_prompts=5, confirm_tokens=96)
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.replace(" ", "").split(",") if v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def register(subparsers) -> None:
@@ -82,7 +77,7 @@ def register(subparsers) -> None:
                         f"{DEFAULT.confirm_tokens})")
     p.add_argument("--top", type=int, default=3,
                    help="predicted-best configurations to confirm, besides the best without a map (default: 3)")
-    p.add_argument("--token-map-sizes", type=_int_list, default=DEFAULT_MAP_SIZES, metavar="N,N,...",
+    p.add_argument("--token-map-sizes", type=int_list, default=DEFAULT_MAP_SIZES, metavar="N,N,...",
                    help="map sizes to try besides no map (default: %(default)s; default ShareGPT maps as in bench)")
     p.add_argument("--token-map", action="append", default=None, metavar="FILE",
                    help="try these saved maps (repeatable) instead of the default ShareGPT maps")

@@ -119,7 +119,7 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
         vocab.set_size(max(sizes))
     try:
         plain = _engine_run(SpeculativeGenerator(target), prompt, new_tokens)
-        spec = _engine_run(SpeculativeGenerator(target, drafter, num_spec_tokens=2), prompt, new_tokens)
+        spec = _engine_run(SpeculativeGenerator(target, drafter, tree=TreeShape.chain(2)), prompt, new_tokens)
     finally:
         if isinstance(vocab, RankedVocab):
             vocab.set_size(before)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from frspec.decode.drafter import Drafter, check_token_map
+from frspec.decode.drafter import Drafter
 from frspec.decode.hybrid_target import is_hybrid
 from frspec.decode.kv_cache import (
     cache_length, enable_rollback, new_cache, sliding_layers_keep_everything, truncate_cache,
@@ -72,8 +72,8 @@ class DraftModelDrafter(Drafter):
         self.softcap = _softcap(model)
         self.device = next(model.parameters()).device
         vocab_size = vocab_size_of(model)
-        if token_map is not None:
-            check_token_map(token_map, vocab_size, "the draft model")
+        if token_map is not None:  # a cheap assert for a drafter built directly (build_drafter checked the map)
+            token_map.check_vocab_size(vocab_size, "the draft model")
         self.vocab = build_draft_vocab(full_head.weight, getattr(full_head, "bias", None), token_map,
                                        vocab_size=vocab_size, context_rows=context_rows,
                                        context_budget=context_budget, ranked=ranked)

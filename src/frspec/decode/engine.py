@@ -24,7 +24,7 @@ from frspec.decode.step_costs import StepCosts
 from frspec.decode.step import DecodeState, StepResult, decode_step, prefill, start_state
 from frspec.decode.timing import now
 from frspec.decode.token_tree import check_tree_support
-from frspec.decode.tree_shape import TreeShape, check_num_spec_tokens
+from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
 from frspec.models.loading import check_context_length, vocab_size_of
 from frspec.vocab.ranked_vocab import RankedVocab
@@ -57,7 +57,7 @@ class SpeculativeGenerator:
 
     Greedy output is token-for-token the target's greedy output; sampled output follows the target's distribution
     exactly (speculative sampling). One request at a time (batch size 1). The drafter drafts `tree` (a TreeShape:
-    chain, static or dynamic), by default a chain of num_spec_tokens.
+    chain, static or dynamic; build_generator converts `num_spec_tokens`).
 
     With `controller` (ControllerSettings) and the machine's `costs` (StepCosts), the draft length and the map
     size are chosen before every step (decode/controller.py): chains of any allowed length (0: a plain step), or
@@ -69,13 +69,11 @@ class SpeculativeGenerator:
         target: torch.nn.Module,
         drafter: Drafter | None = None,
         tokenizer=None,
-        num_spec_tokens: int = 4,
         tree: TreeShape | None = None,
         controller: ControllerSettings | None = None,
         costs: StepCosts | None = None,
         map_size: int | None = None,
     ):
-        check_num_spec_tokens(num_spec_tokens)
         self.target = target
         self.drafter = drafter
         self.tokenizer = tokenizer
@@ -84,20 +82,27 @@ class SpeculativeGenerator:
         self.hidden_layers = drafter.target_hidden_layers if drafter is not None else None
         if drafter is None:
             if tree is not None:
-                raise FrspecError("a token tree is drafted by a drafter: give a draft model or an EAGLE head")
+                raise FrspecError(f"a draft shape ({tree}) is drafted by a drafter: give a draft model or an EAGLE "
+                                  "head")
             self.shape = None
         else:
-            self.shape = tree if tree is not None else TreeShape.chain(num_spec_tokens)
             if drafter.vocab_size != self.vocab_size:
                 raise FrspecError(
                     f"target and draft vocabularies differ: the target has {self.vocab_size} ids, "
-                    f"the drafter {drafter.vocab_size}"
+                    f"the drafter {drafter.vocab_size}; speculative decoding needs models that share one tokenizer"
                 )
             drafter_device = torch.device(drafter.device)
             if drafter_device.type != self.device.type or (drafter_device.index or 0) != (self.device.index or 0):
                 raise FrspecError(f"target is on {self.device} but the drafter is on {drafter_device}")
             if controller is not None:
+                if tree is not None:
+                    raise FrspecError("give a tree or a controller (whose settings carry the shape), not both")
                 self.shape = _check_controller(controller, costs, drafter)
+            elif tree is None:
+                raise FrspecError("give the shape a drafter drafts (tree=TreeShape.chain(k) for a chain of k), or "
+                                  "a controller to choose it per step (build_generator does without a shape)")
+            else:
+                self.shape = tree
             if self.shape.kind != "chain":
                 if is_hybrid(target):  # linear-attention layers read trees per node (hybrid_target.py)
                     check_hybrid_tree_support(target, "the target")

@@ -14,11 +14,11 @@ from frspec.decode.eagle_drafter import EagleDrafter
 from frspec.decode.engine import SpeculativeGenerator
 from frspec.decode.mtp_drafter import MtpDrafter
 from frspec.decode.step_costs import StepCosts
-from frspec.decode.tree_shape import TreeShape, check_num_spec_tokens
+from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
 from frspec.models.eagle import EagleHead
 from frspec.models.eagle_loading import load_eagle_head
-from frspec.models.loading import check_same_vocab, vocab_size_of
+from frspec.models.loading import vocab_size_of
 from frspec.models.mtp import MtpHead
 from frspec.vocab.ranked_vocab import RankedVocab
 from frspec.vocab.token_map import TokenMap
@@ -37,11 +37,13 @@ def build_drafter(
 ) -> Drafter | None:
     """The drafter for `target`: None (vanilla), a draft model's (restricted to `token_map` when given), or an EAGLE
     or MTP head's (a loaded head, or a directory / hub id to load one from; an MTP head, models/mtp.py
-    `load_mtp_head`, drafts through an MtpDrafter). Every check (vocabularies, map size, context rows) runs before
-    its DraftVocab copies any LM-head rows. `head_quant` quantizes a draft model's drafter head (full or FR-Spec
-    pruned) once its rows are selected; EAGLE heads stay float. `token_map_size`: "auto" ranks the head (one
-    rank-ordered copy serving every size, vocab/ranked_vocab.py), an integer takes the map's first N ids (the
-    head's whole size: no map). What build_generator, the bench and the tuner draft with."""
+    `load_mtp_head`, drafts through an MtpDrafter). The map is checked here, once, against the target that verifies
+    its ids and the tokenizer (the drafter's vocabulary then only asserts it fits its head), before any LM-head row
+    is copied; whether the drafter's vocabulary is the target's is checked where they meet (SpeculativeGenerator).
+    `head_quant` quantizes a draft model's drafter head (full or FR-Spec pruned) once its rows are selected; EAGLE
+    heads stay float. `token_map_size`: "auto" ranks the head (one rank-ordered copy serving every size,
+    vocab/ranked_vocab.py), an integer takes the map's first N ids (the head's whole size: no map). What
+    build_generator, the bench and the tuner draft with."""
     auto_size = bool(_check_map_size(token_map_size, token_map, draft, eagle))
     context = dict(context_rows=context_rows, context_budget=context_budget)
     if context_rows:
@@ -49,11 +51,13 @@ def build_drafter(
             raise FrspecError("context rows extend a drafter's token map: give a draft model or an EAGLE head")
         if token_map is None:
             raise FrspecError("a context-aware draft vocabulary extends a token map: give one (--token-map)")
+    if eagle is not None and draft is not None:
+        raise FrspecError("give a draft model or an EAGLE head, not both")
+    if token_map is not None:
+        if draft is None and eagle is None:
+            raise FrspecError("a token map restricts a drafter's LM head: give a draft model too")
+        check_token_map(token_map, vocab_size_of(target), "the target model", tokenizer)
     if eagle is not None:
-        if draft is not None:
-            raise FrspecError("give a draft model or an EAGLE head, not both")
-        if token_map is not None:
-            check_token_map(token_map, vocab_size_of(target), "the target model", tokenizer)
         head = eagle if isinstance(eagle, EagleHead) else load_eagle_head(eagle, target)
         token_map, ranked = _static_or_ranked(token_map, token_map_size, auto_size, head.draft_vocab_size,
                                               int(head.target_vocab_size))
@@ -62,12 +66,8 @@ def build_drafter(
         num_layers = int(target.config.get_text_config(decoder=True).num_hidden_layers)
         return drafter_cls(head, num_layers, token_map, **context, ranked=ranked)
     if draft is None:
-        if token_map is not None:
-            raise FrspecError("a token map restricts a drafter's LM head: give a draft model too")
         return None
-    vocab_size = check_same_vocab(target, draft)
-    if token_map is not None:
-        check_token_map(token_map, vocab_size, "the target model", tokenizer)
+    vocab_size = vocab_size_of(draft)
     token_map, ranked = _static_or_ranked(token_map, token_map_size, auto_size, vocab_size, vocab_size)
     return DraftModelDrafter(draft, token_map, **context, ranked=ranked, head_quant=head_quant)
 
@@ -90,30 +90,29 @@ def build_generator(
     or an EAGLE or MTP head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a
     map; or a drafter built already (`build_drafter`), shared by several generators.
 
-    `tree` drafts token trees (chain, static or dynamic, see TreeShape) instead of num_spec_tokens chains.
+    `tree` is the shape drafted (TreeShape: a chain, a static or a dynamic tree); `num_spec_tokens=k` is the
+    Python API's short spelling of `tree=TreeShape.chain(k)`, converted here once (giving both is an error).
     `context_rows` > 0 makes the drafter's vocabulary context-aware (vocab/context_vocab.py): the map's rows plus
     up to that many rows for the request's prompt and accepted tokens, within the map's k rows
     (`context_budget="fixed"`) or added to them ("additive"); it needs a token map and a drafter built here.
     `draft_head_quant` quantizes a draft model's drafter head (build_drafter's head_quant).
-    Every check (depth, vocabularies, map size) runs before the drafter's DraftVocab copies any LM-head rows. Models
-    and heads are shared, never modified: several generators may draft with one draft model or EAGLE head.
+    Each input is checked once, where it enters: the shape by TreeShape, the map by build_drafter (before any
+    LM-head row is copied), the drafter against the target by SpeculativeGenerator. Models and heads are shared,
+    never modified: several generators may draft with one draft model or EAGLE head.
 
-    Automatic choice (decode/controller.py): with a drafter and neither `num_spec_tokens` nor `tree`, the draft
-    length (0 = plain decoding) is chosen per step, and so is the map size unless `token_map_size` is given: the
-    token map is then a frequency ranking and the drafter's head is ranked (vocab/ranked_vocab.py), serving every
-    size from one copy. `token_map_size="auto"` chooses the size under an explicit length or tree too; an integer
-    fixes it (the first N ids of the map; the head's full size: no map). The choice needs this machine's step
-    costs: `costs` (e.g. from a `frspec tune` config), else they are measured once per machine and model pair and
-    cached (decode/cost_measure.py).
+    Automatic choice (decode/controller.py): with a drafter and no shape (neither `tree` nor `num_spec_tokens`, or
+    `num_spec_tokens="auto"`), the draft length (0 = plain decoding) is chosen per step, and so is the map size
+    unless `token_map_size` is given: the token map is then a frequency ranking and the drafter's head is ranked
+    (vocab/ranked_vocab.py), serving every size from one copy. `token_map_size="auto"` chooses the size under an
+    explicit shape too; an integer fixes it (the first N ids of the map; the head's full size: no map). The choice
+    needs this machine's step costs: `costs` (e.g. from a `frspec tune` config), else they are measured once per
+    machine and model pair and cached (decode/cost_measure.py).
     """
-    auto_length = num_spec_tokens is None or (isinstance(num_spec_tokens, str)
-                                             and num_spec_tokens.strip().lower() == "auto")
-    if isinstance(num_spec_tokens, str) and not auto_length:
-        raise FrspecError(f"num_spec_tokens must be an integer >= 1 or 'auto', got {num_spec_tokens!r}")
-    if not auto_length:
-        check_num_spec_tokens(num_spec_tokens)
-    if tree is not None:
-        auto_length = False
+    shape = _shape(num_spec_tokens, tree)
+    # Vanilla with num_spec_tokens (its length checked by _shape): nothing drafts it, so one call site can serve
+    # every method, as before; a tree given for vanilla is refused by SpeculativeGenerator.
+    tree = None if tree is None and draft is None and eagle is None else shape
+    auto_length = tree is None  # no shape asked for: the controller chooses the length (with a drafter)
     auto_size = _check_map_size(token_map_size, token_map, draft, eagle)
     if auto_size is None:
         auto_size = auto_length and token_map is not None and token_map_size is None and not context_rows
@@ -133,10 +132,8 @@ def build_generator(
     else:
         drafter = build_drafter(target, draft, token_map, tokenizer, eagle, context_rows, context_budget,
                                 draft_head_quant, "auto" if auto_size else token_map_size)
-    # SpeculativeGenerator's chain when no tree and no controller gives the shape (with a tree it is unused).
-    chain = num_spec_tokens if isinstance(num_spec_tokens, int) else 4
     if drafter is None or not (auto_length or auto_size) or (fixed_size is not None and not auto_length):
-        return SpeculativeGenerator(target, drafter, tokenizer, chain, tree, map_size=fixed_size)
+        return SpeculativeGenerator(target, drafter, tokenizer, tree, map_size=fixed_size)
     vocab = drafter.vocab
     if auto_size and isinstance(vocab, RankedVocab):
         sizes = default_map_sizes(vocab.full_size, vocab.ranked_size)
@@ -147,12 +144,28 @@ def build_generator(
     elif tree is not None and tree.kind != "chain":
         settings = ControllerSettings(sizes=sizes, shape=tree, allow_plain=False)
     else:
-        settings = ControllerSettings(sizes=sizes, depths=((tree.depth if tree is not None else num_spec_tokens),))
+        settings = ControllerSettings(sizes=sizes, depths=(tree.depth,))
     if isinstance(vocab, RankedVocab):
         vocab.set_context_floor(settings.sizes[0])  # context rows for tokens beyond the smallest map only
     if costs is None:
         costs = cached_step_costs(target, drafter, settings.sizes, _max_rows(settings), settings.shape)
-    return SpeculativeGenerator(target, drafter, tokenizer, chain, tree, controller=settings, costs=costs)
+    return SpeculativeGenerator(target, drafter, tokenizer, controller=settings, costs=costs)
+
+
+def _shape(num_spec_tokens: int | str | None, tree: TreeShape | None) -> TreeShape | None:
+    """The one spelling of what to draft: `tree`, or `num_spec_tokens` as a chain; None (or "auto"): the
+    controller chooses."""
+    if num_spec_tokens is None or (isinstance(num_spec_tokens, str) and num_spec_tokens.strip().lower() == "auto"):
+        if num_spec_tokens is not None and tree is not None:
+            raise FrspecError("num_spec_tokens='auto' lets the controller choose the length: give it or a tree, "
+                              "not both")
+        return tree
+    if isinstance(num_spec_tokens, str):
+        raise FrspecError(f"num_spec_tokens must be an integer >= 1 or 'auto', got {num_spec_tokens!r}")
+    chain = TreeShape.chain(num_spec_tokens)  # checks the length
+    if tree is not None:
+        raise FrspecError(f"give num_spec_tokens (a chain) or tree, not both (got {num_spec_tokens} and {tree})")
+    return chain
 
 
 def _max_rows(settings: ControllerSettings) -> int:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import numbers
 import re
 from dataclasses import dataclass
 from typing import Sequence
@@ -61,7 +62,13 @@ class TreeShape:
 
     @classmethod
     def chain(cls, num_spec_tokens: int) -> TreeShape:
-        return cls(depth=num_spec_tokens, branching=1)
+        """A chain of num_spec_tokens drafted tokens: how every layer asks for one. Its length is checked here, the
+        one place a chain is spelled (build_generator's num_spec_tokens and --num-spec-tokens end up here)."""
+        if isinstance(num_spec_tokens, bool) or not isinstance(num_spec_tokens, numbers.Integral):
+            raise FrspecError(f"num_spec_tokens must be an integer >= 1, got {num_spec_tokens!r}")
+        if num_spec_tokens < 1:
+            raise FrspecError(f"tree depth must be >= 1, got {num_spec_tokens} (num_spec_tokens: a chain's length)")
+        return cls(depth=int(num_spec_tokens), branching=1)
 
     @classmethod
     def static(cls, depth: int, branching: int) -> TreeShape:

@@ -21,6 +21,7 @@ from frspec.tune.predict import MAX_RANK, OUTSIDE
 from frspec.decode.factory import build_generator
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.stats import GenerationStats
+from frspec.decode.tree_shape import TreeShape
 from frspec.models.loading import vocab_size_of
 from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.token_map import TokenMap
@@ -118,12 +119,13 @@ def draft_base_costs(draft: torch.nn.Module, widths: Sequence[int], context: int
     return interleaved_row_costs(draft.base_model, widths, context, rounds=5)
 
 
-def engine_spec_run(target, draft, tokenizer, prompt: Sequence[int], num_spec_tokens: int, max_new_tokens: int,
+def engine_spec_run(target, draft, tokenizer, prompt: Sequence[int], shape: TreeShape, max_new_tokens: int,
                     eagle=None) -> GenerationStats:
-    """One short speculative generation with the draft (or `eagle`, a head such as the target's MTP layers) over
-    its full vocabulary (after a warm-up), whose stats give the engine's per-step and per-draft-forward overheads."""
+    """One short speculative generation drafting `shape` with the draft (or `eagle`, a head such as the target's MTP
+    layers) over its full vocabulary (after a warm-up), whose stats give the engine's per-step and per-draft-forward
+    overheads."""
     device = next(target.parameters()).device
-    generator = build_generator(target, draft, None, num_spec_tokens, tokenizer, eagle=eagle)
+    generator = build_generator(target, draft, None, tokenizer=tokenizer, tree=shape, eagle=eagle)
     _generate(generator, prompt, 8, device)
     return _generate(generator, prompt, max_new_tokens, device).stats
 

@@ -26,6 +26,7 @@ from frspec.tune.predict import (
     CHAIN_LENGTHS, TREE_SHAPES, Candidate, Measurements, Prediction, candidates, rank_predictions, to_confirm,
 )
 from frspec.decode.stats import GenerationStats
+from frspec.decode.tree_shape import TreeShape
 from frspec.vocab.token_map import TokenMap
 
 
@@ -91,7 +92,8 @@ def measure(target, draft, tokenizer, calibration: Sequence[Sequence[int]], toke
     base = draft_base_costs(draft, widths, context)
     heads = head_costs(vocabs, widths)
     say("engine overheads from one short speculative run")
-    spec = engine_spec_run(target, draft, tokenizer, calibration[0], OVERHEAD_CHAIN, settings.overhead_tokens)
+    spec = engine_spec_run(target, draft, tokenizer, calibration[0], TreeShape.chain(OVERHEAD_CHAIN),
+                           settings.overhead_tokens)
     over = overheads(spec, vanilla, target_costs, OVERHEAD_CHAIN + 1, base[1], heads[None][1])
     del vocabs  # the pruned heads' copies; the bench builds its own drafters
     return Measurements(target_costs, base, heads, ranks, **over), context
@@ -117,7 +119,8 @@ def measure_mtp(target, head, tokenizer, calibration: Sequence[Sequence[int]], t
     base = mtp_base_costs(head, widths, context)
     heads = head_costs(vocabs, widths)
     say("engine overheads from one short MTP run")
-    spec = engine_spec_run(target, None, tokenizer, calibration[0], OVERHEAD_CHAIN, settings.overhead_tokens,
+    spec = engine_spec_run(target, None, tokenizer, calibration[0], TreeShape.chain(OVERHEAD_CHAIN),
+                           settings.overhead_tokens,
                            eagle=head)
     over = overheads(spec, vanilla, target_costs, OVERHEAD_CHAIN + 1, base[1], heads[None][1])
     del vocabs

@@ -266,7 +266,7 @@ class RankedVocab(DraftVocab):
         self.head.out_features = k
         self.target_ids = self.target_ids_all[:k]
         self.rows = self.rows_all[:k]
-        if getattr(self, "n_ctx", 0):
+        if self.n_ctx:
             n = self.n_ctx
             self.target_ids = torch.cat([self.target_ids, self.ctx_ids[:n]])
             self.rows = torch.cat([self.rows, self.rows_all[self.ctx_ranks[:n].to(self.rows_all.device)]])
