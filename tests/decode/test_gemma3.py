@@ -65,7 +65,7 @@ def _map_with(reference: list[int], k: int = 2048) -> TokenMap:
     return TokenMap(keep + spread[: k - len(keep)], VOCAB)
 
 
-SHAPES = {"chain": None, "static": TreeShape.static(3, 2), "dynamic": TreeShape.dynamic(3, 2, 6)}
+SHAPES = {"chain": TreeShape.chain(4), "static": TreeShape.static(3, 2), "dynamic": TreeShape.dynamic(3, 2, 6)}
 
 
 @pytest.mark.parametrize("vocab", ["none", "map", "map+context"])
@@ -76,7 +76,7 @@ def test_gemma3_draft_and_target_greedy(target, reference, shape, vocab):
     kwargs = {} if vocab == "none" else {"token_map": _map_with(reference)}
     if vocab == "map+context":
         kwargs["context_rows"] = 16
-    generator = build_generator(target, draft, num_spec_tokens=4, tree=SHAPES[shape], **kwargs)
+    generator = build_generator(target, draft, tree=SHAPES[shape], **kwargs)
     out = generator.generate(input_ids=PROMPT, max_new_tokens=NEW, eos_token_ids=[])
     assert out.token_ids == reference
     assert 0 < sum(out.stats.accepted_per_position) < NEW - 1
