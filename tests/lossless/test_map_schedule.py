@@ -85,7 +85,7 @@ def k_every_step(monkeypatch):
 
         monkeypatch.setattr(vocab, "set_size", set_size)
 
-        def schedule(state, costs, remaining=None):
+        def schedule(state, costs, remaining=None, context=None):
             i = next(cycle)
             depths = [d for d in state.settings.depths if d] or [0]
             depth = DEPTHS[i % len(DEPTHS)] if state.settings.shape is None else depths[0]
