@@ -59,6 +59,9 @@ def test_row_costs_are_measured_at_each_context_from_one_growing_prefix(pair):
     assert all(v > 0 for c in costs.values() for v in c.values())
     # The prefix grows 16 -> 64 -> 128: 128 prompt tokens processed in all, then one forward per row count.
     assert calls == [16, 1, 3, 48, 1, 3, 64, 1, 3]
+    calls.clear()
+    costs = measure_row_costs_by_context(target, [1, 3], [16, 64], repeats=1, warmup=0, later_rows=[1])
+    assert calls == [16, 1, 3, 48, 1] and list(costs[64]) == [1]
 
 
 def test_the_measurement_has_per_context_tables_for_target_and_draft_model(pair):
@@ -66,7 +69,8 @@ def test_the_measurement_has_per_context_tables_for_target_and_draft_model(pair)
     drafter = DraftModelDrafter(draft, TokenMap(list(range(64)), VOCAB), ranked=True)
     costs = measure_step_costs(target, drafter, sizes=(16, 64), max_rows=4, contexts=(32, 128, 512))
     assert costs.contexts == [32, 128, 512] and costs.context == 32
-    assert all(sorted(t) == [1, 2, 3, 4] for t in costs.target_by_context.values())
+    # Every row count at the shortest context, 1, 2, the middle and the most at the longer ones.
+    assert [sorted(costs.target_by_context[c]) for c in (32, 128, 512)] == [[1, 2, 3, 4], [1, 2, 4], [1, 2, 4]]
     assert costs.target_costs == costs.target_by_context[32]  # the flat tables are the shortest context's
     assert set(costs.draft_base_by_context) == {32, 128, 512}
     assert costs.draft_base_by_context[32][1] == pytest.approx(costs.draft_base_costs[1])

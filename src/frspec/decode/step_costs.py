@@ -197,15 +197,19 @@ def measure_row_costs(model: torch.nn.Module, rows: Iterable[int] = range(1, 17)
 
 @torch.inference_mode()
 def measure_row_costs_by_context(model: torch.nn.Module, rows: Iterable[int], contexts: Iterable[int],
-                                 repeats: int = 5, warmup: int = 2) -> dict[int, dict[int, float]]:
+                                 repeats: int = 5, warmup: int = 2, later_rows: Iterable[int] | None = None
+                                 ) -> dict[int, dict[int, float]]:
     """measure_row_costs at each context length: {context: {n: seconds}}. One random prefix (seeded) grows from
-    the shortest context to the longest, so the prompt is processed once in all, not once per context."""
+    the shortest context to the longest, so the prompt is processed once in all, not once per context.
+    `later_rows`: the row counts timed at the contexts after the shortest (default `rows`; fewer keep the
+    measurement short: the cost model interpolates in rows, decode/step_costs.py)."""
     from frspec.decode.kv_cache import enable_rollback, new_cache, truncate_cache
 
     device = next(model.parameters()).device
     vocab = int(model.config.vocab_size)
     gen = torch.Generator().manual_seed(0)
     rows = list(rows)
+    later_rows = rows if later_rows is None else list(later_rows)
     cache = new_cache(model)
     length, out = 0, {}
     for context in sorted(set(int(c) for c in contexts)):
@@ -217,7 +221,7 @@ def measure_row_costs_by_context(model: torch.nn.Module, rows: Iterable[int], co
         if not out:
             enable_rollback(cache)  # after the first prefill, as the engine does (kv_cache.py)
         costs = {}
-        for n in rows:
+        for n in (later_rows if out else rows):
             ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
             times = []
             for i in range(warmup + repeats):
