@@ -169,11 +169,13 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
     draft_by_context = {}
     if drafter.kind == "draft" and len(contexts) > 1:
         # A draft model attends over the whole context too: its forward at context L costs the engine's measured
-        # forward (at the shortest context) plus what one row of its body costs more at L than there. EAGLE and
-        # MTP heads are one layer over the target's states: their forward is taken as the same at every context.
+        # forward (at the shortest context) plus what one row of its body costs more at L than there (never less:
+        # a longer context adds work, and a noisy difference must not make long-context drafts look free). EAGLE
+        # and MTP heads are one layer over the target's states: their forward is taken as the same at every
+        # context. One body row is cheap next to the target's forwards: more repeats for a steadier difference.
         body = getattr(drafter.weights, "base_model", drafter.weights)
-        by_context = measure_row_costs_by_context(body, [1], contexts, repeats=2, warmup=1)
-        draft_by_context = {c: {1: max(per_forward + by_context[c][1] - by_context[base][1], 0.0)}
+        by_context = measure_row_costs_by_context(body, [1], contexts, repeats=5, warmup=2)
+        draft_by_context = {c: {1: per_forward + max(by_context[c][1] - by_context[base][1], 0.0)}
                             for c in contexts}
     return StepCosts(target_by_context[base], {1: per_forward}, head_costs,
                      step_overhead_s=beyond_forwards(spec), vanilla_overhead_s=beyond_forwards(plain),

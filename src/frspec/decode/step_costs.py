@@ -220,6 +220,12 @@ def measure_row_costs_by_context(model: torch.nn.Module, rows: Iterable[int], co
         length = context
         if not out:
             enable_rollback(cache)  # after the first prefill, as the engine does (kv_cache.py)
+            # One untimed pass over every row count first: the first forwards after a prefill run slow (kernel
+            # choice, allocations), and a one-row cost inflated by them would make plain decoding look dear.
+            for n in rows:
+                model(input_ids=torch.randint(0, vocab, (1, n), generator=gen).to(device), cache=cache,
+                      use_cache=True)
+                truncate_cache(cache, context)
         costs = {}
         for n in (later_rows if out else rows):
             ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
