@@ -57,12 +57,13 @@ def test_row_costs_are_measured_at_each_context_from_one_growing_prefix(pair):
     costs = measure_row_costs_by_context(target, [1, 3], [64, 16, 128], repeats=1, warmup=0)
     assert list(costs) == [16, 64, 128] and all(list(c) == [1, 3] for c in costs.values())
     assert all(v > 0 for c in costs.values() for v in c.values())
-    # The prefix grows 16 -> 64 -> 128: 128 prompt tokens processed in all; after the first prefill one untimed
-    # pass over the row counts, then one forward per row count at each context.
-    assert calls == [16, 1, 3, 1, 3, 48, 1, 3, 64, 1, 3]
+    # The prefix grows 16 -> 64 -> 128: 128 prompt tokens processed in all, then one forward per row count.
+    assert calls == [16, 1, 3, 48, 1, 3, 64, 1, 3]
     calls.clear()
-    costs = measure_row_costs_by_context(target, [1, 3], [16, 64], repeats=1, warmup=0, later_rows=[1])
-    assert calls == [16, 1, 3, 1, 3, 48, 1] and list(costs[64]) == [1]
+    # With warm-ups: an untimed pass over the row counts after the first prefill, then interleaved rounds (every
+    # row count once per round: a slow spell hits one round of all of them); fewer row counts later.
+    costs = measure_row_costs_by_context(target, [1, 3], [16, 64], repeats=2, warmup=1, later_rows=[1])
+    assert calls == [16, 1, 3, 1, 3, 1, 3, 1, 3, 48, 1, 1, 1] and list(costs[64]) == [1]
 
 
 def test_the_measurement_has_per_context_tables_for_target_and_draft_model(pair):

@@ -139,7 +139,7 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
     # Every row count at the shortest context; at the longer ones 1, 2, the middle and the most (interpolated in
     # between), which keeps the one-time measurement short.
     later = sorted({1, min(2, max_rows), (max_rows + 1) // 2, max_rows})
-    target_by_context = measure_row_costs_by_context(target, rows, contexts, repeats=2, warmup=1,
+    target_by_context = measure_row_costs_by_context(target, rows, contexts, repeats=3, warmup=1,
                                                      later_rows=later)
     vocab = drafter.vocab
     widths = sorted({1, *(draft_forward_widths(shape) if shape is not None else [])})

@@ -220,24 +220,27 @@ def measure_row_costs_by_context(model: torch.nn.Module, rows: Iterable[int], co
         length = context
         if not out:
             enable_rollback(cache)  # after the first prefill, as the engine does (kv_cache.py)
-            # One untimed pass over every row count first: the first forwards after a prefill run slow (kernel
-            # choice, allocations), and a one-row cost inflated by them would make plain decoding look dear.
-            for n in rows:
+            # With warm-ups, one untimed pass over every row count first: the first forwards after a prefill run
+            # slow (kernel choice, allocations), and a one-row cost inflated by them would make plain decoding
+            # look dear. (tune's rounds after its first call none: measure.py.)
+            for n in (rows if warmup > 0 else ()):
                 model(input_ids=torch.randint(0, vocab, (1, n), generator=gen).to(device), cache=cache,
                       use_cache=True)
                 truncate_cache(cache, context)
-        costs = {}
-        for n in (later_rows if out else rows):
-            ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
-            times = []
-            for i in range(warmup + repeats):
+        # Interleaved rounds (every row count once per round, the median per row count): a slow spell of another
+        # process slows one round of all row counts, not a few row counts' every repeat, so the curve's shape,
+        # which the controller decides by, survives it.
+        counts = later_rows if out else rows
+        ids = {n: torch.randint(0, vocab, (1, n), generator=gen).to(device) for n in counts}
+        times: dict[int, list[float]] = {n: [] for n in counts}
+        for i in range(warmup + repeats):
+            for n in counts:
                 start = time.perf_counter()
-                model(input_ids=ids, cache=cache, use_cache=True)
+                model(input_ids=ids[n], cache=cache, use_cache=True)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 if i >= warmup:
-                    times.append(time.perf_counter() - start)
+                    times[n].append(time.perf_counter() - start)
                 truncate_cache(cache, context)
-            costs[n] = sorted(times)[len(times) // 2]
-        out[context] = costs
+        out[context] = {n: sorted(t)[len(t) // 2] for n, t in times.items()}
     return out
