@@ -107,6 +107,28 @@ def test_quantized_rows_match_their_own_vanilla_and_peer_row_is_reported(tiny_di
     assert total == 2 * 10 and 0 <= agree <= total
 
 
+def test_the_int4_auto_row_is_lossless_on_costs_measured_for_the_int4_pair(tiny_dirs, tmp_path, monkeypatch):
+    """`--quant-rows int4` plans an int4 auto row: the controller's costs are measured for the int4 target and
+    int4 draft body (a cache entry of their own, never the float rows'), and its output is int4 vanilla's."""
+    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
+    target, draft, quantized, tok = _pairs(tiny_dirs)
+    maps = {16: TokenMap.from_counts(count_tokens(tok, CORPUS, vocab_size=VOCAB), top_k=16)}
+    from frspec.bench.datasets import encode_prompt
+
+    prompts = [(f"p{i}", encode_prompt(tok, t)) for i, t in enumerate(["Write a travel story.", "Why a fox?"])]
+    methods = plan_methods([2], [16], auto=True) + plan_methods([2], [16], quant="int4", auto=True)
+    assert [m.label for m in methods if m.auto] == ["fr-spec auto (maps <= 16)", "int4 fr-spec auto (maps <= 16)"]
+    result = run_benchmark(target, draft, tok, prompts, methods, maps, max_new_tokens=10, progress=False,
+                           quantized={"int4": quantized})
+    assert result.divergences == []
+    outputs = {(g.method.quant, g.prompt_id): g.token_ids for g in result.generations if g.method.kind == VANILLA}
+    for g in result.generations:
+        assert g.token_ids == outputs[(g.method.quant, g.prompt_id)]
+    entries = [json.loads(f.read_text())["provenance"] for f in (tmp_path / "step_costs").glob("*.json")]
+    formats = sorted("Int4Linear" in e["target"] and "Int4Linear" in e["drafter"] for e in entries)
+    assert formats == [False, True]  # one measurement for the float pair, one for the int4 pair
+
+
 def test_a_quantized_divergence_is_measured_on_the_quantized_target(tiny_dirs):
     """A speculative int4 row that differed from int4 vanilla is listed with the int4 target's margin."""
     from frspec.bench.divergence import Generation, find_divergences, top2_margin
@@ -147,7 +169,8 @@ def test_cli_quick_on_cpu_has_int4_rows_cost_curve_and_notes_missing_llamacpp(ti
     labels = [r["label"] for r in payload["rows"]]
     k = payload["meta"]["sections"][0]["quant_num_spec_tokens"]["int4"][0]  # chosen from the measured curve
     assert labels == ["vanilla", "draft k=3", "fr-spec k=3 map=16", "fr-spec auto (maps <= 16)",
-                      "int4 vanilla", f"int4 draft k={k}", f"int4 fr-spec k={k} map=64"]
+                      "int4 vanilla", f"int4 draft k={k}", f"int4 fr-spec k={k} map=64",
+                      "int4 fr-spec auto (maps <= 64)"]
     assert all(r["greedy_identical"] in ("yes", "reference") for r in payload["rows"])
     curves = payload["row_costs_s"]
     assert list(curves) == ["float32", "int8", "int4"] and all(list(c) == ["1", "2", "3"] for c in curves.values())

@@ -175,7 +175,8 @@ def test_cli_token_map_files_set_the_sizes(tiny_dirs, tmp_path):
     # --quick on a CPU adds the int4 rows; the file's map serves them too.
     assert [r["label"] for r in payload["rows"]] == ["vanilla", "draft k=3", "fr-spec k=3 map=32",
                                                      "fr-spec auto (maps <= 32)", "int4 vanilla",
-                                                     f"int4 draft k={k}", f"int4 fr-spec k={k} map=32"]
+                                                     f"int4 draft k={k}", f"int4 fr-spec k={k} map=32",
+                                                     "int4 fr-spec auto (maps <= 32)"]
 
 
 @pytest.mark.parametrize(

@@ -51,3 +51,32 @@ def test_generate_chain_length_auto_follows_the_measured_curve(model_dirs, capsy
         assert 1 <= out["stats"]["num_spec_tokens"] <= 8
     assert cli.main(base + ["--draft", str(model_dirs / "draft"), "--num-spec-tokens", "many"]) == 2
     assert "--num-spec-tokens must be a number or auto" in capsys.readouterr().err
+
+
+def test_generate_auto_measures_costs_for_each_weight_format(model_dirs, capsys, tmp_path, monkeypatch):
+    """`generate --draft` (auto length) on an int4 pair measures the controller's costs for the int4 target, int4
+    draft body and int4 drafter head, in a cache entry of their own: the float pair's entry is never reused."""
+    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
+    base = ["generate", "--target", str(model_dirs / "target"), "--draft", str(model_dirs / "draft"), "--prompt",
+            "hello there", "--max-new-tokens", "8", "--dtype", "fp32", "--json", "--threads", "1"]
+    records = {}
+    for quant in ("none", "int4", "int8"):
+        assert cli.main(base + ["--quant", quant]) == 0
+        records[quant] = json.loads(capsys.readouterr().out)["auto"]
+    assert len(list((tmp_path / "step_costs").glob("*.json"))) == 3
+    target, drafter = records["int4"]["costs_models"]
+    assert "Int4Linear" in target and "Int4Linear" in drafter.split("|head:")[0]
+    assert "Int4Linear" in drafter.split("|head:")[1]  # the drafter's own head, quantized apart from the model
+    assert all("Int" not in m for m in records["none"]["costs_models"])
+    assert all("Int8Linear" in m for m in records["int8"]["costs_models"])
+    assert records["int4"]["costs_contexts"] == [128, 512, 2048]
+    # The int4 pair again: read from the cache, nothing measured.
+    from frspec.decode import cost_measure
+
+    def measure(*args, **kwargs):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(cost_measure, "measure_step_costs", measure)
+    assert cli.main(base + ["--quant", "int4"]) == 0
+    assert json.loads(capsys.readouterr().out)["auto"] == records["int4"]
+    assert len(list((tmp_path / "step_costs").glob("*.json"))) == 3

@@ -87,7 +87,7 @@ def test_engine_samples_follow_the_target_with_k_changing_every_step(target, ref
     step = iter(range(10**9))
     used = []
 
-    def schedule(state, step_costs, remaining=None):
+    def schedule(state, step_costs, remaining=None, context=None):
         i = next(step)
         depth = min((2, 1, 0)[i % 3], max((remaining or 1) - 1, 0))
         used.append(sizes[i % len(sizes)])

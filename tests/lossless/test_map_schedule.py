@@ -85,7 +85,7 @@ def k_every_step(monkeypatch):
 
         monkeypatch.setattr(vocab, "set_size", set_size)
 
-        def schedule(state, costs, remaining=None):
+        def schedule(state, costs, remaining=None, context=None):
             i = next(cycle)
             depths = [d for d in state.settings.depths if d] or [0]
             depth = DEPTHS[i % len(DEPTHS)] if state.settings.shape is None else depths[0]
@@ -188,3 +188,38 @@ def test_greedy_identity_under_the_controller_without_a_map(target, prompts_and_
         assert out.token_ids == ref
         drafted += sum(out.stats.chosen_depth_histogram[1:])
     assert drafted > 0
+
+
+def _by_context(short: StepCosts, long: StepCosts, at_short: int, at_long: int) -> StepCosts:
+    """`short`'s target and draft costs up to `at_short` tokens of context, `long`'s from `at_long` on (linear in
+    between), as the controller's measurement records them per context (decode/cost_measure.py)."""
+    return StepCosts(dict(short.target_costs), dict(short.draft_base_costs), dict(short.head_costs),
+                     full_size=short.full_size, context=at_short,
+                     target_by_context={at_short: dict(short.target_costs), at_long: dict(long.target_costs)},
+                     draft_base_by_context={at_short: dict(short.draft_base_costs),
+                                            at_long: dict(long.draft_base_costs)})
+
+
+@pytest.mark.parametrize("name", ["draft-chain", "eagle3-d2t-chain"])
+def test_greedy_identity_when_the_context_moves_the_controller_from_plain_to_drafting(target, name):
+    """Costs under which no draft pays at a short context and drafting pays at a long one: a request growing across
+    them decodes plainly first and drafts later, a short request never touches the drafter, and every output is
+    the target's own greedy output."""
+    costs = _by_context(LINEAR, FLAT, 32, 96)
+    generator = build_generator(target, token_map=_ranking(), costs=costs, **drafters(target)[name])
+    assert not generator.plain_only  # drafting pays at some context
+    gen = torch.Generator().manual_seed(3)
+    long_prompt = torch.randint(0, VOCAB, (44,), generator=gen).tolist()
+    out = generator.generate(input_ids=long_prompt, max_new_tokens=48, eos_token_ids=[])
+    assert out.token_ids == hf_greedy(target, long_prompt, 48)
+    depths = out.stats.chosen_depth_histogram
+    assert depths[0] > 0 and sum(depths[1:]) > 0  # plain at first, drafting once the context is long
+    short_prompt = long_prompt[:6]
+    out = generator.generate(input_ids=short_prompt, max_new_tokens=12, eos_token_ids=[])
+    assert out.token_ids == hf_greedy(target, short_prompt, 12)
+    assert out.stats.chosen_depth_histogram == [out.stats.target_forwards]  # a plain request
+    assert out.stats.draft_steps == 0 and generator.drafter.steps == 0
+    if name == "draft-chain":  # not even prefilled: its cache never saw the prompt
+        from frspec.decode.kv_cache import cache_length
+
+        assert cache_length(generator.drafter.cache) == 0

@@ -190,8 +190,8 @@ def plan_methods(
     drafter followed by each FR-Spec map size, then (with `auto` and maps) the `auto` row choosing length and map
     size per step; then for each EAGLE shape the head followed by each EAGLE map size and that shape's auto-size
     row. `head_kind` names the head of those rows: "eagle", or "mtp" for the target's own MTP layers. Auto rows rank
-    by the largest map and are planned for unquantized rows only (a quantized head is packed
-    for one size).
+    by the largest map; a quantized (`quant`) auto row runs the quantized target and draft body with a float
+    ranked head (a packed head has one size), and the controller's costs are measured for those models.
 
     The drafter without a map is always included, since FR-Spec's speedup is measured against it. A draft tree
     shape that is a chain already planned by num-spec-tokens is not repeated.
@@ -208,8 +208,8 @@ def plan_methods(
         shapes = [TreeShape.chain(k) for k in num_spec_tokens] + list(draft_tree_shapes)
         for shape in shapes:
             methods.extend(m for m in _with_maps(DRAFT, shape, token_map_sizes, quant) if m not in methods)
-        if auto and token_map_sizes and quant is None:
-            methods.append(Method(FRSPEC, max(AUTO_DEPTHS), max(token_map_sizes), auto=True))
+        if auto and token_map_sizes:
+            methods.append(Method(FRSPEC, max(AUTO_DEPTHS), max(token_map_sizes), quant=quant, auto=True))
     for shape in eagle_tree_shapes:
         methods.extend(m for m in _with_maps(head_kind, shape, eagle_token_map_sizes) if m not in methods)
         if auto and eagle_token_map_sizes:

@@ -80,8 +80,10 @@ METHODOLOGY = """\
   (frspec/vocab/ranked_vocab.py) serves every map size, and the per-request controller
   (frspec/decode/controller.py) chooses before every step the map size (4k..64k, the ranking's, or no map) and,
   for a draft model's chain, the draft length (0 = plain decoding) from this request's observed coverage and
-  acceptance and this machine's measured step costs (measured once per machine and model pair, cached). The
-  static rows of the same drafter are served by the same ranked head at their size. Auto vs Best Static: its
+  acceptance and this machine's measured step costs (measured once per machine, model pair and weight format,
+  after 128/512/2048-token contexts and read at each step's context; cached). The static rows of the same
+  drafter are served by the same ranked head at their size; a quantized auto row ("int4 fr-spec auto") runs the
+  int4 target and draft body with its ranked head float. Auto vs Best Static: its
   throughput over the fastest row of vanilla and the same drafter's static rows (any map or none, any shape),
   which a user could only pick in hindsight. Steps per map size / per draft length: what it chose.
 - Draft LM-Head Share: time in the drafter's LM head (the draft model's, or the EAGLE head's) / total drafting

@@ -103,7 +103,7 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
             # Auto rows, and static rows whose map holds the first ids of the auto row's ranking: one
             # frequency-ranked head (vocab/ranked_vocab.py) serves them all, each static row at its size (set per
             # request), the auto row choosing per step. Its head stays float (a packed head has one size).
-            ranked_key = ("ranked", m.uses_eagle, ranked.token_map_size)
+            ranked_key = ("ranked", m.uses_eagle, ranked.token_map_size, m.quant)
             if ranked_key not in drafters:
                 drafters[ranked_key] = build_drafter(
                     m_target, draft=None if m.uses_eagle else m_draft, eagle=eagle if m.uses_eagle else None,
@@ -137,10 +137,12 @@ def _ranked_drafter(m: Method, methods, token_maps: dict[int, TokenMap], draft_h
     """The auto row whose ranked head serves `m` (itself if it is one), or None: an unquantized row of the same
     drafter without context rows, whose map (if any) is a prefix of that auto row's ranking, under float heads."""
     if m.auto:
-        return m  # a quantized draft head (--draft-quant) is left float on the auto row: packed heads have one size
+        # A quantized draft head (--draft-quant, a quantized row's head) is left float on an auto row: packed
+        # heads have one size. Its target and draft body are the row's (quantized) ones.
+        return m
     if m.quant is not None or m.context_rows is not None or draft_head_quant is not None:
         return None
-    auto = next((a for a in methods if a.auto and a.uses_eagle == m.uses_eagle), None)
+    auto = next((a for a in methods if a.auto and a.uses_eagle == m.uses_eagle and a.quant is None), None)
     if auto is None:
         return None
     if m.auto or m.token_map_size is None:

@@ -198,7 +198,7 @@ def _run_section(section: Section, plan: BenchPlan, prompts, say) -> tuple[Any, 
     methods = add_context_methods(methods, plan.context_rows, plan.context_budgets)
     for quant in section.quantized:
         methods += plan_methods(section.quant_num_spec_tokens.get(quant, ()), sorted(quant_sizes),
-                                has_draft=section.draft is not None, quant=quant)
+                                has_draft=section.draft is not None, quant=quant, auto=plan.auto)
     if section.llamacpp is not None and sampling.is_greedy:
         methods.append(Method(LLAMACPP))
     elif section.llamacpp is not None:

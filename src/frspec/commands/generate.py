@@ -221,7 +221,11 @@ def run_generate(args: argparse.Namespace) -> int:
         if generator.controller is not None:  # what the per-request controller chose
             record["auto"] = {"map_sizes": list(generator.controller.sizes),
                               "draft_lengths": list(generator.controller.depths),
-                              "costs_machine": generator.costs.provenance.get("machine")}
+                              "costs_machine": generator.costs.provenance.get("machine"),
+                              # which models (and weight formats) the costs were measured for, at which contexts
+                              "costs_models": [generator.costs.provenance.get("target"),
+                                               generator.costs.provenance.get("drafter")],
+                              "costs_contexts": generator.costs.contexts}
         if args.context_rows:  # how many of the drafter's rows this request's own tokens took
             record["context"] = {"rows": args.context_rows, "budget": args.context_budget,
                                  "request_rows": generator.drafter.vocab.context_rows}

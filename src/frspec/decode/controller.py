@@ -11,10 +11,12 @@ What a step shows (the verifier sees the target's token at every position it che
                the draft's): per position i, alpha_i = P(draft agrees | its rows held the target's token).
 
 A chain position is then accepted with probability alpha_i * c(k), and a step of depth d expects
-E(d, k) = 1 + sum_{j=1..d} prod_{i<j} alpha_i c(k) tokens for `StepCosts.step_time_s(d, k)` seconds
-(decode/step_costs.py, the model `frspec tune` predicts with). The controller picks the (d, k) with the most tokens
-per second, d = 0 (1 / vanilla step) included: where a target forward over d + 1 rows costs d + 1 one-row forwards,
-no acceptance pays and it decodes plainly. Counts decay (older steps weigh less) so a request that changes language
+E(d, k) = 1 + sum_{j=1..d} prod_{i<j} alpha_i c(k) tokens for `StepCosts.step_time_s(d, k, L)` seconds
+(decode/step_costs.py, the model `frspec tune` predicts with), read at the request's current context L (prompt and
+generated tokens, in steps of `CONTEXT_STEP`): at a long context one forward reads a long KV cache for all its
+rows, so extra verified rows cost relatively less than at a short one, and the best length moves with it. The
+controller picks the (d, k) with the most tokens per second, d = 0 (1 / vanilla step) included: where a target
+forward over d + 1 rows costs d + 1 one-row forwards, no acceptance pays and it decodes plainly. Counts decay (older steps weigh less) so a request that changes language
 or domain moves its choice; priors (FR-Spec's corpus coverage when the ranking has counts, `PRIOR_ACCEPTANCE`)
 stand in before anything is observed.
 
@@ -50,6 +52,9 @@ PROBE_EVERY = 16
 AUTO_DEPTHS = (0, 1, 2, 3, 4, 5, 6)
 # Map sizes an automatic size chooses among, besides the ranking's own length and the whole head.
 AUTO_SIZES = (4096, 8192, 16384, 32768, 65536)
+# The context a step's costs are read at is rounded to this many tokens (costs move little within it; the step
+# times are then computed once per such stretch of a request, not every step).
+CONTEXT_STEP = 32
 
 
 @dataclass(frozen=True)
@@ -160,9 +165,10 @@ def _shape(settings: ControllerSettings, depth: int) -> TreeShape | None:
 
 
 def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None,
-          optimistic: bool = False) -> dict[tuple[int, int], float]:
-    """Expected tokens per second of every allowed (depth, size); `optimistic` assumes every draft whose rows hold
-    the target's token agrees (alpha = 1), the best speculation could do on this request's coverage."""
+          optimistic: bool = False, context: int | None = None) -> dict[tuple[int, int], float]:
+    """Expected tokens per second of every allowed (depth, size) after `context` tokens (None: the costs' flat
+    tables); `optimistic` assumes every draft whose rows hold the target's token agrees (alpha = 1), the best
+    speculation could do on this request's coverage."""
     s = state.settings
     out = {}
     depths = s.depths
@@ -173,28 +179,45 @@ def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None
     for depth in depths:
         for k in (s.sizes if depth else s.sizes[-1:]):
             tokens = expected_tokens(state, depth, k, alphas, coverage[k])
-            out[(depth, k)] = tokens / _step_time(state, costs, depth, k)
+            out[(depth, k)] = tokens / _step_time(state, costs, depth, k, context)
     return out
 
 
-def speculation_can_pay(settings: ControllerSettings, costs: StepCosts) -> bool:
-    """Whether any allowed draft beats plain decoding even at best (every draft accepted, every map covering):
-    if not, this machine's costs rule speculation out for every request, and the engine does not even prefill
-    the drafter."""
+def speculation_can_pay(settings: ControllerSettings, costs: StepCosts,
+                        contexts: Sequence[int | None] | None = None) -> bool:
+    """Whether any allowed draft beats plain decoding even at best (every draft accepted, every map covering) at
+    any of `contexts` (default: every context the costs were measured at): if not, this machine's costs rule
+    speculation out for those contexts, and the engine does not even prefill the drafter."""
     if settings.max_depth == 0:
         return False
     if 0 not in settings.depths:
         return True  # plain decoding is not an option here (an explicit length or tree): draft anyway
-    plain = 1.0 / costs.step_time_s(None)
-    return any((d + 1) / costs.step_time_s(_shape(settings, d), k) > plain
-               for d in settings.depths if d for k in settings.sizes)
+    if contexts is None:
+        contexts = costs.contexts or [None]
+    for context in contexts:
+        plain = 1.0 / costs.step_time_s(None, context=context)
+        if any((d + 1) / costs.step_time_s(_shape(settings, d), k, context) > plain
+               for d in settings.depths if d for k in settings.sizes):
+            return True
+    return False
 
 
-def choose(state: ControllerState, costs: StepCosts, remaining: int | None = None) -> Plan:
+def request_contexts(costs: StepCosts, prompt_tokens: int, max_new_tokens: int) -> list[int]:
+    """The contexts one request's steps run at, as far as the costs tell them apart: its first and last, and every
+    measured context in between (the costs are linear in the context between those)."""
+    first, last = prompt_tokens, prompt_tokens + max(max_new_tokens - 1, 0)
+    return sorted({first, last, *(c for c in costs.contexts if first < c < last)})
+
+
+def choose(state: ControllerState, costs: StepCosts, remaining: int | None = None,
+           context: int | None = None) -> Plan:
     """This step's draft length and map size (module docstring); ties go to the shorter draft, then the smaller
-    map. `remaining`: tokens the request may still emit (longer drafts could not be used)."""
+    map. `remaining`: tokens the request may still emit (longer drafts could not be used); `context`: tokens the
+    target has before this step (prompt and generated; None: the costs' flat tables)."""
     s = state.settings
-    options = rates(state, costs, remaining)
+    if context is not None:
+        context = max(CONTEXT_STEP, round(context / CONTEXT_STEP) * CONTEXT_STEP)
+    options = rates(state, costs, remaining, context=context)
     if not options:
         return _record(state, Plan(0, s.sizes[-1]))
     depth, k = max(options, key=lambda dk: (options[dk], -dk[0], -dk[1]))
@@ -203,7 +226,7 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
     # Plain decoding: probe now and then if only the acceptance estimate, not the machine, rules speculation out.
     state.plain_steps += 1
     if state.plain_steps >= state.next_probe:
-        hopeful = rates(state, costs, remaining, optimistic=True)
+        hopeful = rates(state, costs, remaining, optimistic=True, context=context)
         best = max(hopeful, key=lambda dk: (hopeful[dk], -dk[0], -dk[1]))
         if best[0] > 0:
             state.plain_steps = 0
@@ -243,11 +266,12 @@ def observe(state: ControllerState, plan: Plan, accepted: int, token_ranks: Sequ
         state.tried[i] = state.tried[i] * DRAFT_DECAY + tried
 
 
-def _step_time(state: ControllerState, costs: StepCosts, depth: int, k: int) -> float:
-    """costs.step_time_s for (depth, k), computed once per request (the costs do not change within one)."""
-    key = (id(costs), depth, k)
+def _step_time(state: ControllerState, costs: StepCosts, depth: int, k: int, context: int | None) -> float:
+    """costs.step_time_s for (depth, k) at `context`, computed once per request and context (the costs do not
+    change within one)."""
+    key = (id(costs), depth, k, context if costs.contexts else None)
     if key not in state.step_times:
-        state.step_times[key] = costs.step_time_s(_shape(state.settings, depth), k)
+        state.step_times[key] = costs.step_time_s(_shape(state.settings, depth), k, context)
     return state.step_times[key]
 
 

@@ -1,14 +1,19 @@
 """The controller's costs on this machine: measured once per machine and model pair, then read from the cache.
 
-A short measurement (decode/step_costs.py's model): the target's forward over 1..max_rows rows after a short
-context, the drafter's LM head at each map size the controller may choose, and two short engine runs (plain and
-speculative, after a warm-up) for the draft forward and the per-step overheads as the engine really spends them.
-A few seconds for a tiny model to about half a minute for a 1.5B bf16 target on a 2-core CPU.
+A short measurement (decode/step_costs.py's model): the target's forward over 1..max_rows rows after contexts of
+128, 512 and 2048 tokens (`CONTEXTS`, those the models' positions allow; one growing random prefix, so 2048
+tokens are prefilled once in all), a draft model's one-row forward at the same contexts, the drafter's LM head at
+each map size the controller may choose, and two short engine runs (plain and speculative, after a warm-up, at the
+shortest context) for the draft forward and the per-step overheads as the engine really spends them. The
+controller then reads the costs at each request's current context (prompt + generated tokens). A few seconds for
+a tiny model; see docs/auto.md for a 1.5B bf16 pair on a 2-core CPU.
 
 The result is cached as JSON under <frspec cache>/step_costs/, keyed by the machine (CPU or GPU name, torch
-version and threads), both models (name or path, class, dtype, parameter count, quantized layers) and what was
-measured; the file names the machine it was measured on. Models without a name or path (built in memory) are
-measured every time, never cached: nothing would tell two of them apart.
+version and threads), both models (name or path, class, dtype, parameter count, weight format: float or each
+int4/int8 kind with its kernel and group size) and the drafter's head (its rows and weight format: a draft
+model's head is quantized apart from the model), and what was measured; the file names the machine it was
+measured on. Models without a name or path (built in memory) are measured every time, never cached: nothing would
+tell two of them apart.
 """
 
 from __future__ import annotations
@@ -26,14 +31,19 @@ import torch
 from frspec.decode.drafter import Drafter
 from frspec.decode.engine import SpeculativeGenerator
 from frspec.decode.sampling import SamplingParams
-from frspec.decode.step_costs import StepCosts, draft_forward_widths, measure_row_costs
+from frspec.decode.step_costs import StepCosts, draft_forward_widths, measure_row_costs_by_context
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
 from frspec.io import atomic_path
+from frspec.models.loading import max_positions_of
+from frspec.models.quant import QuantizedLinear
 from frspec.vocab.ranked_vocab import RankedVocab
 from frspec.paths import cache_dir
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: per-context target and draft costs; the drafter head's weight format in the key
+# Context lengths the target's (and a draft model's) forwards are timed after: a short prompt, a long one, a long
+# document (the controller interpolates in between and extrapolates beyond, decode/step_costs.py).
+CONTEXTS = (128, 512, 2048)
 
 
 def cpu_model() -> str:
@@ -54,32 +64,49 @@ def machine_name(device: torch.device) -> str:
     return f"{cpu_model()}, {torch.get_num_threads()} threads (torch {torch.__version__})"
 
 
+def weight_format(module: torch.nn.Module) -> str:
+    """How a module's linear layers are stored, which changes what a forward costs: "float" (in the parameters'
+    dtype) or each quantized kind with its kernel and group size (models/quant.py), e.g. "Int4Linear/cpu_int4/g32"."""
+    kinds = sorted({f"{type(m).__name__}/{getattr(m, 'kernel', '')}/g{getattr(m, 'group_size', '-')}"
+                    for m in module.modules() if isinstance(m, QuantizedLinear)})
+    return ",".join(kinds) or "float"
+
+
 def model_identity(model: torch.nn.Module) -> str | None:
-    """A model's name or path with what changes its speed (class, dtype, size, quantized layers); None for a model
+    """A model's name or path with what changes its speed (class, dtype, size, weight format); None for a model
     without a name or path."""
     config = getattr(model, "config", None)
     name = getattr(config, "_name_or_path", None) or getattr(config, "name_or_path", None)
     if not name:
         return None
     param = next(model.parameters())
-    quant = sorted({type(m).__name__ for m in model.modules() if "quant" in type(m).__name__.lower()})
     count = sum(p.numel() for p in model.parameters())
-    return f"{name}|{type(model).__name__}|{param.dtype}|{count}|{','.join(quant)}"
+    return f"{name}|{type(model).__name__}|{param.dtype}|{count}|{weight_format(model)}"
 
 
 def drafter_identity(drafter: Drafter) -> str | None:
-    return model_identity(drafter.weights)
+    """The drafting model's identity and its drafter head's: the head is the drafter's own copy of the kept rows,
+    quantized apart from the model (`--draft-quant` on a draft model's head), so a float and an int4 head of one
+    draft model cost differently."""
+    model = model_identity(drafter.weights)
+    if model is None:
+        return None
+    vocab = drafter.vocab
+    rows = vocab.full_size if isinstance(vocab, RankedVocab) else vocab.size  # a ranked head's size moves
+    return f"{model}|head:{type(vocab).__name__}/{rows}/{weight_format(vocab.head)}"
 
 
 def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence[int], max_rows: int,
-                      shape: TreeShape | None = None, refresh: bool = False) -> StepCosts:
+                      shape: TreeShape | None = None, refresh: bool = False,
+                      contexts: Sequence[int] = CONTEXTS) -> StepCosts:
     """This machine's costs for the pair, from the cache when it has them, else measured (and cached)."""
     device = next(target.parameters()).device
     machine = machine_name(device)
     ids = (model_identity(target), drafter_identity(drafter))
     path = None
     if None not in ids:
-        what = json.dumps([CACHE_VERSION, machine, str(device), *ids, sorted(sizes), max_rows, str(shape)])
+        what = json.dumps([CACHE_VERSION, machine, str(device), *ids, sorted(sizes), max_rows, str(shape),
+                           sorted(contexts)])
         digest = hashlib.sha256(what.encode()).hexdigest()[:16]
         path = cache_dir() / "step_costs" / f"{digest}.json"
         if path.is_file() and not refresh:
@@ -87,9 +114,11 @@ def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence
                 return StepCosts.from_dict(json.loads(path.read_text(encoding="utf-8")), f"cached costs {path}")
             except (FrspecError, json.JSONDecodeError, OSError):
                 pass  # a stale or damaged cache entry is measured again and overwritten
-    costs = measure_step_costs(target, drafter, sizes, max_rows, shape)
+    start = time.perf_counter()
+    costs = measure_step_costs(target, drafter, sizes, max_rows, shape, contexts)
     costs.provenance.update({"machine": machine, "device": str(device), "target": ids[0], "drafter": ids[1],
-                             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                             "measure_wall_s": round(time.perf_counter() - start, 2)})
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
@@ -99,20 +128,28 @@ def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence
 
 @torch.inference_mode()
 def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence[int], max_rows: int,
-                       shape: TreeShape | None = None, context: int = 64, new_tokens: int = 16) -> StepCosts:
+                       shape: TreeShape | None = None, contexts: Sequence[int] = CONTEXTS,
+                       new_tokens: int = 16) -> StepCosts:
     """Measure the cost model's terms (module docstring). `sizes`: the map sizes to time the head at;
     `max_rows`: the most rows a step's target forward may have; `shape`: a tree the drafter drafts (its level
-    widths are timed too)."""
+    widths are timed too); `contexts`: the context lengths the target's (and a draft model's) forwards are timed
+    after (those the models' positions allow)."""
+    contexts = usable_contexts(contexts, [target, drafter.weights], max_rows + new_tokens + 8)
     rows = sorted({n for n in (1, 2, 3, 4, 5, 7, 9, 12, 16) if n < max_rows} | {max_rows})
-    target_costs = measure_row_costs(target, rows, context=context, repeats=2, warmup=1)
+    # Every row count at the shortest context; at the longer ones 1, 2, the middle and the most (interpolated in
+    # between), which keeps the one-time measurement short.
+    later = sorted({1, min(2, max_rows), (max_rows + 1) // 2, max_rows})
+    target_by_context = measure_row_costs_by_context(target, rows, contexts, repeats=3, warmup=1,
+                                                     later_rows=later)
     vocab = drafter.vocab
     widths = sorted({1, *(draft_forward_widths(shape) if shape is not None else [])})
     # Hidden states like the drafter's own (its embeddings stay float when its head is int4/int8).
     like = next(drafter.weights.parameters())
     head_costs = {int(k): _head_costs(vocab, int(k), widths, like) for k in sizes}
 
+    base = contexts[0]
     vocab_size = int(target.config.vocab_size)
-    prompt = torch.randint(0, vocab_size, (context,), generator=torch.Generator().manual_seed(0)).tolist()
+    prompt = torch.randint(0, vocab_size, (base,), generator=torch.Generator().manual_seed(0)).tolist()
     full = vocab.full_size if isinstance(vocab, RankedVocab) else None
     before = vocab.map_size if full is not None else vocab.size
     if full is not None:
@@ -128,10 +165,37 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
         decode = stats.wall_time_s - stats.prefill_time_s - stats.draft_time_s - stats.target_time_s
         return max(decode / max(stats.target_forwards, 1), 0.0)
 
-    per_forward = (spec.draft_time_s - spec.draft_lm_head_time_s) / max(spec.draft_steps, 1)
-    return StepCosts(target_costs, {1: max(per_forward, 0.0)}, head_costs,
+    per_forward = max((spec.draft_time_s - spec.draft_lm_head_time_s) / max(spec.draft_steps, 1), 0.0)
+    draft_by_context = {}
+    if drafter.kind == "draft" and len(contexts) > 1:
+        # A draft model attends over the whole context too: its forward at context L costs the engine's measured
+        # forward (at the shortest context) plus what one row of its body costs more at L than there (never less:
+        # a longer context adds work, and a noisy difference must not make long-context drafts look free). EAGLE
+        # and MTP heads are one layer over the target's states: their forward is taken as the same at every
+        # context. One body row is cheap next to the target's forwards: more repeats for a steadier difference.
+        body = getattr(drafter.weights, "base_model", drafter.weights)
+        by_context = measure_row_costs_by_context(body, [1], contexts, repeats=5, warmup=2)
+        draft_by_context = {c: {1: per_forward + max(by_context[c][1] - by_context[base][1], 0.0)}
+                            for c in contexts}
+    return StepCosts(target_by_context[base], {1: per_forward}, head_costs,
                      step_overhead_s=beyond_forwards(spec), vanilla_overhead_s=beyond_forwards(plain),
-                     full_size=vocab.full_size if isinstance(vocab, RankedVocab) else int(vocab.size))
+                     full_size=vocab.full_size if isinstance(vocab, RankedVocab) else int(vocab.size),
+                     context=base, target_by_context=target_by_context if len(contexts) > 1 else {},
+                     draft_base_by_context=draft_by_context)
+
+
+def usable_contexts(contexts: Sequence[int], models: Sequence[torch.nn.Module], room: int) -> list[int]:
+    """The context lengths (ascending) that leave `room` positions in every model; a model too short for any
+    gets one context of a quarter of its positions."""
+    limits = [n for n in (max_positions_of(m) for m in models) if n is not None]
+    limit = min(limits) if limits else None
+    wanted = sorted({int(c) for c in contexts})
+    if not wanted or wanted[0] < 1:
+        raise FrspecError(f"context lengths must be >= 1, got {list(contexts)}")
+    if limit is None:
+        return wanted
+    fitting = [c for c in wanted if c + room <= limit]
+    return fitting or [max(1, min(wanted[0], limit // 4))]
 
 
 def _engine_run(generator: SpeculativeGenerator, prompt: list[int], new_tokens: int):

@@ -13,7 +13,8 @@ from typing import Generator, Iterable, Iterator, Sequence
 import torch
 
 from frspec.decode.controller import (
-    ControllerSettings, ControllerState, Plan, choose, new_request, observe, speculation_can_pay,
+    ControllerSettings, ControllerState, Plan, choose, new_request, observe, request_contexts,
+    speculation_can_pay,
 )
 from frspec.decode.drafter import Drafter
 from frspec.decode.hybrid_target import check_hybrid_tree_support, is_hybrid
@@ -121,8 +122,9 @@ class SpeculativeGenerator:
         self.map_size = map_size
         self.controller = controller
         self.costs = costs
-        # The machine's costs rule out every draft (a target whose forward over n rows costs n one-row forwards):
-        # requests then decode plainly from the start, without prefilling or feeding the drafter at all.
+        # The machine's costs rule out every draft at every context (a target whose forward over n rows costs n
+        # one-row forwards): requests then decode plainly from the start, without prefilling or feeding the drafter
+        # at all. A request whose contexts all lie where no draft pays does the same (`_plain_request`).
         self.plain_only = controller is not None and not speculation_can_pay(controller, costs)
 
     @property
@@ -197,9 +199,10 @@ class SpeculativeGenerator:
         paused = 0.0  # time the consumer of a stream spends between pieces is not generation time
         start = now(self.device)
         control = self._new_control(request.sampling)
+        plain = self._plain_request(len(request.prompt_ids), request.max_new_tokens)
         if request.max_new_tokens > 0:
             state = self._start(request.prompt_ids, request.max_new_tokens, request.sampling)
-            new, step = [self._prefill(state, stats, plain=self.plain_only)], None
+            new, step = [self._prefill(state, stats, plain=plain)], None
             while True:
                 kept = len(new)
                 eos_at = next((j for j, token in enumerate(new) if token in request.eos_ids), None)
@@ -225,7 +228,7 @@ class SpeculativeGenerator:
                 remaining = request.max_new_tokens - len(generated)
                 if control is None:
                     step = self._step(state, remaining)
-                elif self.plain_only:
+                elif plain:
                     step = self._plain_step(state, remaining)
                     stats.record_choice(0, 0)
                 else:
@@ -245,6 +248,15 @@ class SpeculativeGenerator:
         text = tracker.text if tracker is not None else None
         return GenerationOutput(token_ids=generated, text=text, stats=stats, finish_reason=finish)
 
+    def _plain_request(self, prompt_tokens: int, max_new_tokens: int) -> bool:
+        """Whether the controller's costs rule out every draft at every context this request will have."""
+        if self.controller is None:
+            return False
+        if self.plain_only or not self.costs.contexts:
+            return self.plain_only
+        contexts = request_contexts(self.costs, prompt_tokens, max_new_tokens)
+        return not speculation_can_pay(self.controller, self.costs, contexts)
+
     def _new_control(self, sampling: SamplingParams) -> ControllerState | None:
         if self.controller is None:
             return None
@@ -258,7 +270,7 @@ class SpeculativeGenerator:
     def _controlled_step(self, state: DecodeState, remaining: int, control: ControllerState,
                          stats: GenerationStats) -> StepResult:
         """Choose this step's length and map size, take the step, show the controller what happened."""
-        plan = choose(control, self.costs, remaining)
+        plan = choose(control, self.costs, remaining, context=state.length)
         vocab = self.drafter.vocab
         # Only a ranked head serves several map sizes; a plain DraftVocab (no map, or a static one) has one.
         if plan.depth and isinstance(vocab, RankedVocab) and vocab.map_size != plan.size:

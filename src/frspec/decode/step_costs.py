@@ -10,6 +10,13 @@ A speculative step of shape S at map size k costs
 and a vanilla step target(1) + vanilla_overhead. Costs are measured at a few row counts, widths and map sizes and
 interpolated in between (`interpolate`): a matmul over k rows costs about linearly in k.
 
+The target's forward (and a draft model's) also depends on the context it attends over: at a long context each
+forward reads a large KV cache once for all its rows, so a verified row costs relatively less than at a short one.
+Costs measured at several context lengths (`target_by_context`, `draft_base_by_context`: context -> rows ->
+seconds) are interpolated in the context too, linearly (attention's work grows linearly in it), and extrapolated
+linearly beyond the longest measured context; `step_time_s(..., context=L)` reads them at L. Without them (a tune
+config written before they existed) or with `context=None`, the flat tables stand for every context.
+
 It lives in decode/ (not bench/) because the engine's controller reads it; bench/tune_predict.py builds its
 predictions on the same `StepCosts.step_time_s`.
 """
@@ -62,6 +69,9 @@ class StepCosts:
     draft_base_costs[w]  one draft forward without its LM head over w rows
     head_costs[k][w]     the draft LM head over its first k rows and picking its choices, for w hidden states;
                          key None is the drafter's whole vocabulary (`full_size` rows when known)
+    target_by_context[L][n], draft_base_by_context[L][w]
+                         the same at a context of L tokens (may be empty: the flat tables then hold at every
+                         context); the flat tables are those at `context` tokens (None: unknown)
     """
 
     target_costs: dict[int, float]
@@ -72,9 +82,22 @@ class StepCosts:
     vanilla_overhead_s: float = 0.0
     full_size: int | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    context: int | None = None
+    target_by_context: dict[int, dict[int, float]] = field(default_factory=dict)
+    draft_base_by_context: dict[int, dict[int, float]] = field(default_factory=dict)
 
-    def target(self, rows: int) -> float:
-        return interpolate(self.target_costs, rows)
+    @property
+    def contexts(self) -> list[int]:
+        """The context lengths the costs were measured at (empty: the costs do not depend on the context)."""
+        return sorted(set(self.target_by_context) | set(self.draft_base_by_context))
+
+    def target(self, rows: int, context: int | None = None) -> float:
+        """One target forward over `rows` rows, after `context` tokens (None: the flat table)."""
+        return _at_context(self.target_costs, self.target_by_context, rows, context)
+
+    def draft_base(self, width: int, context: int | None = None) -> float:
+        """One draft forward without its head over `width` rows, after `context` tokens (None: the flat table)."""
+        return _at_context(self.draft_base_costs, self.draft_base_by_context, width, context)
 
     def head(self, k: int | None, width: int = 1) -> float:
         """The LM head over k rows (None: the whole vocabulary) for `width` hidden states, interpolated in k."""
@@ -89,15 +112,17 @@ class StepCosts:
             k = max(by_size)
         return interpolate({size: interpolate(per_width, width) for size, per_width in by_size.items()}, k)
 
-    def draft_time_s(self, shape: TreeShape, k: int | None) -> float:
-        return sum(interpolate(self.draft_base_costs, w) + self.head(k, w) + self.draft_forward_overhead_s
+    def draft_time_s(self, shape: TreeShape, k: int | None, context: int | None = None) -> float:
+        return sum(self.draft_base(w, context) + self.head(k, w) + self.draft_forward_overhead_s
                    for w in draft_forward_widths(shape))
 
-    def step_time_s(self, shape: TreeShape | None, k: int | None = None) -> float:
-        """Seconds of one decode step drafting `shape` (None: vanilla) over a k-row map (None: no map)."""
+    def step_time_s(self, shape: TreeShape | None, k: int | None = None, context: int | None = None) -> float:
+        """Seconds of one decode step drafting `shape` (None: vanilla) over a k-row map (None: no map), after
+        `context` tokens (None: the flat tables, whatever context they were measured at)."""
         if shape is None or shape.depth == 0:
-            return self.target(1) + self.vanilla_overhead_s
-        return self.target(shape.max_drafts + 1) + self.draft_time_s(shape, k) + self.step_overhead_s
+            return self.target(1, context) + self.vanilla_overhead_s
+        return (self.target(shape.max_drafts + 1, context) + self.draft_time_s(shape, k, context)
+                + self.step_overhead_s)
 
     # -- files -----------------------------------------------------------------------------------------------------
 
@@ -110,7 +135,9 @@ class StepCosts:
             "head_costs": {("full" if k is None else str(k)): keyed(v) for k, v in self.head_costs.items()},
             "step_overhead_s": self.step_overhead_s, "draft_forward_overhead_s": self.draft_forward_overhead_s,
             "vanilla_overhead_s": self.vanilla_overhead_s, "full_size": self.full_size,
-            "provenance": dict(self.provenance),
+            "provenance": dict(self.provenance), "context": self.context,
+            "target_costs_by_context": {str(c): keyed(v) for c, v in sorted(self.target_by_context.items())},
+            "draft_base_costs_by_context": {str(c): keyed(v) for c, v in sorted(self.draft_base_by_context.items())},
         }
 
     @classmethod
@@ -122,19 +149,39 @@ class StepCosts:
                     raise ValueError("empty, or a row count < 1 or a negative time")
                 return out
 
+            def by_context(d: Mapping | None) -> dict[int, dict[int, float]]:
+                out = {int(c): ints(v) for c, v in (d or {}).items()}
+                if any(c < 1 for c in out):
+                    raise ValueError("a context length < 1")
+                return out
+
             heads = {(None if key == "full" else int(key)): ints(v) for key, v in data["head_costs"].items()}
             if not heads:
                 raise ValueError("no head costs")
+            # The per-context tables are optional: a tune config or cache written without them still loads, and
+            # its flat tables then stand for every context.
             costs = cls(ints(data["target_costs"]), ints(data["draft_base_costs"]), heads,
                         float(data.get("step_overhead_s", 0.0)), float(data.get("draft_forward_overhead_s", 0.0)),
                         float(data.get("vanilla_overhead_s", 0.0)),
                         None if data.get("full_size") is None else int(data["full_size"]),
-                        dict(data.get("provenance") or {}))
+                        dict(data.get("provenance") or {}),
+                        None if data.get("context") is None else int(data["context"]),
+                        by_context(data.get("target_costs_by_context")),
+                        by_context(data.get("draft_base_costs_by_context")))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise FrspecError(f"{where}: not a valid cost record ({e})") from None
-        if 1 not in costs.target_costs:
+        if 1 not in costs.target_costs or any(1 not in v for v in costs.target_by_context.values()):
             raise FrspecError(f"{where}: the target's cost for one row is missing")
         return costs
+
+
+def _at_context(flat: Mapping[int, float], by_context: Mapping[int, Mapping[int, float]], n: int,
+                context: int | None) -> float:
+    """The cost of n rows from `flat`, or, with per-context tables and a context, interpolated (linearly, see the
+    module docstring) between the tables of the measured contexts around it."""
+    if context is None or not by_context:
+        return interpolate(flat, n)
+    return interpolate({c: interpolate(per_rows, n) for c, per_rows in by_context.items()}, context)
 
 
 @torch.inference_mode()
@@ -145,26 +192,55 @@ def measure_row_costs(model: torch.nn.Module, rows: Iterable[int] = range(1, 17)
     The cache is cut back to `context` after every forward, so each one sees the same state, as a decode step
     of the engine does.
     """
+    return measure_row_costs_by_context(model, rows, (context,), repeats, warmup)[context]
+
+
+@torch.inference_mode()
+def measure_row_costs_by_context(model: torch.nn.Module, rows: Iterable[int], contexts: Iterable[int],
+                                 repeats: int = 5, warmup: int = 2, later_rows: Iterable[int] | None = None
+                                 ) -> dict[int, dict[int, float]]:
+    """measure_row_costs at each context length: {context: {n: seconds}}. One random prefix (seeded) grows from
+    the shortest context to the longest, so the prompt is processed once in all, not once per context.
+    `later_rows`: the row counts timed at the contexts after the shortest (default `rows`; fewer keep the
+    measurement short: the cost model interpolates in rows, decode/step_costs.py)."""
     from frspec.decode.kv_cache import enable_rollback, new_cache, truncate_cache
 
     device = next(model.parameters()).device
     vocab = int(model.config.vocab_size)
     gen = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
+    rows = list(rows)
+    later_rows = rows if later_rows is None else list(later_rows)
     cache = new_cache(model)
-    model(input_ids=prefix, cache=cache, use_cache=True)
-    enable_rollback(cache)
-    costs = {}
-    for n in rows:
-        ids = torch.randint(0, vocab, (1, n), generator=gen).to(device)
-        times = []
+    length, out = 0, {}
+    for context in sorted(set(int(c) for c in contexts)):
+        if context < 1:
+            raise FrspecError(f"a context length must be >= 1, got {context}")
+        grow = torch.randint(0, vocab, (1, context - length), generator=gen).to(device)
+        model(input_ids=grow, cache=cache, use_cache=True)
+        length = context
+        if not out:
+            enable_rollback(cache)  # after the first prefill, as the engine does (kv_cache.py)
+            # With warm-ups, one untimed pass over every row count first: the first forwards after a prefill run
+            # slow (kernel choice, allocations), and a one-row cost inflated by them would make plain decoding
+            # look dear. (tune's rounds after its first call none: measure.py.)
+            for n in (rows if warmup > 0 else ()):
+                model(input_ids=torch.randint(0, vocab, (1, n), generator=gen).to(device), cache=cache,
+                      use_cache=True)
+                truncate_cache(cache, context)
+        # Interleaved rounds (every row count once per round, the median per row count): a slow spell of another
+        # process slows one round of all row counts, not a few row counts' every repeat, so the curve's shape,
+        # which the controller decides by, survives it.
+        counts = later_rows if out else rows
+        ids = {n: torch.randint(0, vocab, (1, n), generator=gen).to(device) for n in counts}
+        times: dict[int, list[float]] = {n: [] for n in counts}
         for i in range(warmup + repeats):
-            start = time.perf_counter()
-            model(input_ids=ids, cache=cache, use_cache=True)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-            truncate_cache(cache, context)
-        costs[n] = sorted(times)[len(times) // 2]
-    return costs
+            for n in counts:
+                start = time.perf_counter()
+                model(input_ids=ids[n], cache=cache, use_cache=True)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                if i >= warmup:
+                    times[n].append(time.perf_counter() - start)
+                truncate_cache(cache, context)
+        out[context] = {n: sorted(t)[len(t) // 2] for n, t in times.items()}
+    return out

@@ -1,0 +1,156 @@
+"""The controller's cost measurement (decode/cost_measure.py) on tiny models: per-context tables, the cache and
+its key (the weight format of both models and of the drafter's own head), and `auto` on a quantized pair."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from frspec.decode import cost_measure
+from frspec.decode.cost_measure import (
+    cached_step_costs, drafter_identity, measure_step_costs, model_identity, usable_contexts, weight_format,
+)
+from frspec.decode.draft_model import DraftModelDrafter
+from frspec.decode.factory import build_generator
+from frspec.decode.sampling import SamplingParams
+from frspec.decode.step_costs import StepCosts, measure_row_costs_by_context
+from frspec.models.quant import quantize_linear, quantize_model
+from frspec.vocab.token_map import TokenMap
+
+from tests.decode.spec_tiny import tiny_lm
+
+VOCAB = 256  # a multiple of the int4 packing's 16
+
+
+def named(model, name):
+    """A tiny model with a name, as a loaded one has (an unnamed one is never cached)."""
+    model.config._name_or_path = name
+    return model
+
+
+@pytest.fixture
+def pair():
+    target = named(tiny_lm("qwen2", VOCAB, seed=0, dtype=torch.float32), "tiny-target")
+    draft = named(tiny_lm("qwen2", VOCAB, hidden=32, seed=1, dtype=torch.float32), "tiny-draft")
+    return target, draft
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
+    return tmp_path / "step_costs"
+
+
+def test_row_costs_are_measured_at_each_context_from_one_growing_prefix(pair):
+    target, _ = pair
+    calls = []
+    forward = target.forward
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[1])
+        return forward(*args, **kwargs)
+
+    target.forward = counting
+    costs = measure_row_costs_by_context(target, [1, 3], [64, 16, 128], repeats=1, warmup=0)
+    assert list(costs) == [16, 64, 128] and all(list(c) == [1, 3] for c in costs.values())
+    assert all(v > 0 for c in costs.values() for v in c.values())
+    # The prefix grows 16 -> 64 -> 128: 128 prompt tokens processed in all, then one forward per row count.
+    assert calls == [16, 1, 3, 48, 1, 3, 64, 1, 3]
+    calls.clear()
+    # With warm-ups: an untimed pass over the row counts after the first prefill, then interleaved rounds (every
+    # row count once per round: a slow spell hits one round of all of them); fewer row counts later.
+    costs = measure_row_costs_by_context(target, [1, 3], [16, 64], repeats=2, warmup=1, later_rows=[1])
+    assert calls == [16, 1, 3, 1, 3, 1, 3, 1, 3, 48, 1, 1, 1] and list(costs[64]) == [1]
+
+
+def test_the_measurement_has_per_context_tables_for_target_and_draft_model(pair):
+    target, draft = pair
+    drafter = DraftModelDrafter(draft, TokenMap(list(range(64)), VOCAB), ranked=True)
+    costs = measure_step_costs(target, drafter, sizes=(16, 64), max_rows=4, contexts=(32, 128, 512))
+    assert costs.contexts == [32, 128, 512] and costs.context == 32
+    # Every row count at the shortest context, 1, 2, the middle and the most at the longer ones.
+    assert [sorted(costs.target_by_context[c]) for c in (32, 128, 512)] == [[1, 2, 3, 4], [1, 2, 4], [1, 2, 4]]
+    assert costs.target_costs == costs.target_by_context[32]  # the flat tables are the shortest context's
+    assert set(costs.draft_base_by_context) == {32, 128, 512}
+    assert costs.draft_base_by_context[32][1] == pytest.approx(costs.draft_base_costs[1])
+    assert StepCosts.from_dict(json.loads(json.dumps(costs.to_dict()))).to_dict() == costs.to_dict()
+
+
+def test_contexts_are_those_the_models_positions_allow(pair):
+    target, draft = pair
+    target.config.max_position_embeddings = 600
+    assert usable_contexts((128, 512, 2048), [target, draft], 40) == [128, 512]
+    target.config.max_position_embeddings = 100
+    assert usable_contexts((128, 512, 2048), [target, draft], 40) == [25]  # a quarter of its positions
+
+
+def test_the_cache_key_holds_both_models_weight_formats_and_the_drafter_head(pair, cache, monkeypatch):
+    target, draft = pair
+    measured = []
+
+    def fake_measure(target, drafter, sizes, max_rows, shape=None, contexts=()):
+        measured.append((model_identity(target), drafter_identity(drafter)))
+        return StepCosts({1: 0.1}, {1: 0.01}, {None: {1: 0.001}})
+
+    monkeypatch.setattr(cost_measure, "measure_step_costs", fake_measure)
+
+    def costs(t, drafter):
+        return cached_step_costs(t, drafter, (VOCAB,), 4)
+
+    float_drafter = DraftModelDrafter(draft)
+    costs(target, float_drafter)
+    costs(target, float_drafter)
+    assert len(measured) == 1  # the second call read the cache
+    int4_target = quantize_model(copy.deepcopy(target), "int4")
+    int8_target = quantize_model(copy.deepcopy(target), "int8")
+    int4_head = DraftModelDrafter(draft, head_quant="int4")  # the same draft model, its drafter head int4
+    int4_draft = DraftModelDrafter(quantize_model(copy.deepcopy(draft), "int4", head=False))
+    for t, d in ((int4_target, float_drafter), (int8_target, float_drafter), (target, int4_head),
+                 (int4_target, int4_draft)):
+        c = costs(t, d)
+        assert c.provenance["target"] == model_identity(t) and c.provenance["drafter"] == drafter_identity(d)
+    assert len(measured) == 5 and len(set(measured)) == 5  # never reused from the float pair's entry
+    assert len(list(cache.glob("*.json"))) == 5
+    assert "Int4Linear" in model_identity(int4_target) and "Int8Linear" in model_identity(int8_target)
+    assert weight_format(target) == "float" and weight_format(int4_head.vocab.head).startswith("Int4Linear/")
+    assert "head:DraftVocab/256/Int4Linear" in drafter_identity(int4_head)
+    assert drafter_identity(float_drafter).endswith("head:DraftVocab/256/float")
+    # Each again: all read from the cache.
+    for t, d in ((target, float_drafter), (int4_target, float_drafter), (target, int4_head)):
+        costs(t, d)
+    assert len(measured) == 5
+
+
+def test_a_ranked_heads_identity_does_not_move_with_its_active_size(pair):
+    _, draft = pair
+    drafter = DraftModelDrafter(draft, TokenMap(list(range(64)), VOCAB), ranked=True)
+    before = drafter_identity(drafter)
+    drafter.vocab.set_size(16)
+    assert drafter_identity(drafter) == before
+
+
+def test_auto_on_an_int4_pair_measures_int4_costs_and_stays_lossless(pair, cache):
+    """`auto` (length and map size per step) on an int4 target and int4 draft body: the costs are measured for
+    those models (the cache entry names them) and the output is the int4 target's own greedy output."""
+    target, draft = pair
+    q_target = quantize_model(copy.deepcopy(target), "int4")
+    q_draft = quantize_model(copy.deepcopy(draft), "int4", head=False)  # the ranked head stays float
+    ranking = TokenMap(list(range(VOCAB - 1, -1, -1))[:128], VOCAB)
+    prompt = list(range(3, 40))
+    vanilla = build_generator(q_target).generate(input_ids=[prompt], max_new_tokens=24, eos_token_ids=[],
+                                                 sampling=SamplingParams()).token_ids
+    auto = build_generator(q_target, q_draft, ranking)  # no length, no size: both automatic
+    assert auto.controller is not None and len(auto.controller.sizes) > 1
+    assert "Int4Linear" in auto.costs.provenance["target"] and "Int4Linear" in auto.costs.provenance["drafter"]
+    assert auto.costs.contexts == [128, 512, 2048]
+    out = auto.generate(input_ids=[prompt], max_new_tokens=24, eos_token_ids=[], sampling=SamplingParams())
+    assert out.token_ids == vanilla
+    files = list(cache.glob("*.json"))
+    assert len(files) == 1 and "Int4Linear" in json.loads(files[0].read_text())["provenance"]["target"]
+    # The float pair gets its own measurement, not the int4 one.
+    float_auto = build_generator(target, draft, ranking)
+    assert "Int4Linear" not in float_auto.costs.provenance["target"]
+    assert len(list(cache.glob("*.json"))) == 2
