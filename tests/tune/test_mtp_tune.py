@@ -73,8 +73,7 @@ def test_mtp_ranks_replay_the_engines_acceptance_in_fp64(mimo, tmp_path, case):
     depth_one_differs = False
     for key, tm in ((None, None), (72, token_map)):
         for shape in shapes:
-            gen = build_generator(target, None, tm, shape.depth, eagle=head,
-                                  tree=None if shape.kind == "chain" else shape)
+            gen = build_generator(target, None, tm, eagle=head, tree=shape)
             runs = [gen.generate(input_ids=torch.tensor([p]), max_new_tokens=24, sampling=SamplingParams())
                     for p in PROMPTS]
             assert [list(r.token_ids) for r in runs] == outputs
