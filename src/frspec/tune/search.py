@@ -72,22 +72,35 @@ class TuneResult:
         return self.measured[candidate].decode_tokens_per_s
 
 
-def measure(target, draft, tokenizer, calibration: Sequence[Sequence[int]], token_maps: dict[int, TokenMap],
-            settings: TuneSettings, say: Callable[[str], None], mtp=None) -> tuple[Measurements, int]:
-    """Everything the predictions need, measured on the calibration prompts (token ids, chat-formatted); with `mtp`
-    (an MtpHead) for the target's own MTP layers instead of the draft model."""
-    if mtp is not None:
-        return measure_mtp(target, mtp, tokenizer, calibration, token_maps, settings, say)
+def _measure_target(target, tokenizer, calibration: Sequence[Sequence[int]], settings: TuneSettings,
+                    say: Callable[[str], None]):
+    """What every drafter's measurements share: the target's greedy outputs (and vanilla's stats), the calibration
+    context, and the target's forward cost per row count there."""
     say(f"greedy reference outputs of the target on {len(calibration)} prompts x {settings.max_new_tokens} tokens")
     outputs, vanilla = reference_outputs(target, tokenizer, calibration, settings.max_new_tokens,
                                          settings.warmup_tokens)
     context = calibration_context(calibration, settings.max_new_tokens)
     say(f"target forward cost for 1..{settings.max_rows} rows at a {context}-token context")
     target_costs = interleaved_row_costs(target, range(1, settings.max_rows + 1), context, rounds=3)
+    return outputs, vanilla, context, target_costs
+
+
+def _drafter_widths() -> list[int]:
+    """The row counts a drafter step takes: 1 (chains) and each static tree level's width."""
+    return sorted({1} | {t.branching ** level for t in TREE_SHAPES for level in range(1, t.depth)})
+
+
+def measure(target, draft, tokenizer, calibration: Sequence[Sequence[int]], token_maps: dict[int, TokenMap],
+            settings: TuneSettings, say: Callable[[str], None], mtp=None) -> tuple[Measurements, int]:
+    """Everything the predictions need, measured on the calibration prompts (token ids, chat-formatted); with `mtp`
+    (an MtpHead) for the target's own MTP layers instead of the draft model."""
+    if mtp is not None:
+        return measure_mtp(target, mtp, tokenizer, calibration, token_maps, settings, say)
+    outputs, vanilla, context, target_costs = _measure_target(target, tokenizer, calibration, settings, say)
     say(f"draft ranks of the target's tokens, full vocabulary and maps {', '.join(map(str, sorted(token_maps)))}")
     vocabs = draft_vocabs(draft, token_maps)
     ranks = draft_ranks(draft, vocabs, list(zip(calibration, outputs)))
-    widths = sorted({1} | {t.branching ** level for t in TREE_SHAPES for level in range(1, t.depth)})
+    widths = _drafter_widths()
     say(f"draft forward and LM-head costs for {widths} rows")
     base = draft_base_costs(draft, widths, context)
     heads = head_costs(vocabs, widths)
@@ -103,25 +116,19 @@ def measure_mtp(target, head, tokenizer, calibration: Sequence[Sequence[int]], t
                 settings: TuneSettings, say: Callable[[str], None]) -> tuple[Measurements, int]:
     """`measure` for the target's own MTP layers (`head`, an MtpHead): ranks per draft depth, the MTP layer's
     forward cost, the shared head's cost per map, and the engine's overheads from a short MTP run."""
-    say(f"greedy reference outputs of the target on {len(calibration)} prompts x {settings.max_new_tokens} tokens")
-    outputs, vanilla = reference_outputs(target, tokenizer, calibration, settings.max_new_tokens,
-                                         settings.warmup_tokens)
-    context = calibration_context(calibration, settings.max_new_tokens)
-    say(f"target forward cost for 1..{settings.max_rows} rows at a {context}-token context")
-    target_costs = interleaved_row_costs(target, range(1, settings.max_rows + 1), context, rounds=3)
+    outputs, vanilla, context, target_costs = _measure_target(target, tokenizer, calibration, settings, say)
     depth = max(max(CHAIN_LENGTHS), max(t.depth for t in TREE_SHAPES))
     say(f"MTP ranks of the target's tokens at draft depths 1..{depth}, full vocabulary and maps "
         f"{', '.join(map(str, sorted(token_maps)))}")
     vocabs = mtp_vocabs(head, token_maps)
     ranks = mtp_ranks(target, head, vocabs, list(zip(calibration, outputs)), depth)
-    widths = sorted({1} | {t.branching ** level for t in TREE_SHAPES for level in range(1, t.depth)})
+    widths = _drafter_widths()
     say(f"MTP layer forward and shared LM-head costs for {widths} rows")
     base = mtp_base_costs(head, widths, context)
     heads = head_costs(vocabs, widths)
     say("engine overheads from one short MTP run")
     spec = engine_spec_run(target, None, tokenizer, calibration[0], TreeShape.chain(OVERHEAD_CHAIN),
-                           settings.overhead_tokens,
-                           eagle=head)
+                           settings.overhead_tokens, eagle=head)
     over = overheads(spec, vanilla, target_costs, OVERHEAD_CHAIN + 1, base[1], heads[None][1])
     del vocabs
     return Measurements(target_costs, base, heads, ranks, **over, ranks_by_depth=True), context
