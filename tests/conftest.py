@@ -4,8 +4,30 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import atexit
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 import torch
+
+
+def _isolate_step_costs() -> None:
+    """Tests measure step costs of throw-away models; keep those records out of the user's cache. Everything else
+    in it (prepared models, tokenizers, counted maps) is shared through links, so the tests that use the real
+    models still find them."""
+    real = Path(os.environ.get("FRSPEC_CACHE") or Path.home() / ".cache" / "frspec")
+    isolated = Path(tempfile.mkdtemp(prefix="frspec-test-cache-"))
+    if real.is_dir():
+        for entry in real.iterdir():
+            if entry.name != "step_costs":
+                (isolated / entry.name).symlink_to(entry.resolve())
+    os.environ["FRSPEC_CACHE"] = str(isolated)
+    atexit.register(shutil.rmtree, isolated, True)  # unlinks the links, never follows them
+
+
+_isolate_step_costs()
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -172,3 +172,21 @@ def test_speculation_can_pay_only_where_some_draft_beats_a_plain_step_at_best():
     assert speculation_can_pay(ControllerSettings(sizes=SIZES, depths=(3,)), LINEAR)
     assert speculation_can_pay(ControllerSettings(sizes=SIZES, shape=TreeShape.static(2, 2), allow_plain=False),
                                LINEAR)
+
+
+def test_one_early_rejection_does_not_stop_drafting_but_steady_rejections_do():
+    # Drafting pays at the prior acceptance (0.72) and loses, by a little, at the estimate after one rejection
+    # (0.46): a draft is cheap to try, so plain decoding waits until the upper bound of acceptance loses too.
+    dear_draft = costs(lambda n: 0.3 + 0.01 * n, base=0.17)
+    settings = ControllerSettings(sizes=SIZES)
+    state = new_request(settings)
+    first = choose(state, dear_draft)
+    assert first.depth >= 1
+    observe(state, first, 0, [0])  # rejected at once
+    assert state.agreement(0) < 0.5  # the estimate alone would decode plainly now
+    after = choose(state, dear_draft)
+    assert after.depth >= 1 and not after.probe
+    plans, _ = simulate(settings, dear_draft, in_top(100), agree=0.3)
+    assert sum(p.depth == 0 for p in plans[100:]) >= 0.8 * len(plans[100:])
+    good, _ = simulate(settings, dear_draft, in_top(100), agree=0.8)
+    assert all(p.depth >= 1 for p in good[20:])
