@@ -154,3 +154,14 @@ def test_auto_on_an_int4_pair_measures_int4_costs_and_stays_lossless(pair, cache
     float_auto = build_generator(target, draft, ranking)
     assert "Int4Linear" not in float_auto.costs.provenance["target"]
     assert len(list(cache.glob("*.json"))) == 2
+
+
+def test_the_machine_name_says_which_instruction_set_the_kernels_may_use(monkeypatch):
+    # An AVX-512 machine restricted to AVX2 (ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY) has another cost curve: its
+    # costs must not be read from the unrestricted machine's cache entry, nor the other way round.
+    cpu = torch.device("cpu")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    plain = cost_measure.machine_name(cpu)
+    assert f"[{torch.backends.cpu.get_cpu_capability()}]" in plain
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert cost_measure.machine_name(cpu) != plain and "oneDNN <= AVX2" in cost_measure.machine_name(cpu)
