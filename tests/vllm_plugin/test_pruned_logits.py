@@ -140,3 +140,32 @@ def test_the_pruned_logits_trace_as_one_graph():
     second = compiled(hidden)
     torch.testing.assert_close(second, _expected(hidden, weight))
     assert second.data_ptr() == ptr
+
+
+def test_a_16_bit_head_on_cpu_returns_its_exact_scores_in_an_fp32_row():
+    """CPU's argmax over a bf16 row is not vectorised, so the full row is fp32 there: every kept score is the bf16
+    score widened exactly (not recomputed in fp32), -inf elsewhere, and its argmax is the bf16 row's, ties included
+    (a bf16 tie stays a tie; both take the first maximum)."""
+    from frspec.vllm_plugin.drafter_head import build_drafter_head, row_dtype
+
+    assert row_dtype(torch.bfloat16, torch.device("cpu")) == torch.float32
+    assert row_dtype(torch.float16, torch.device("cpu")) == torch.float32
+    assert row_dtype(torch.float32, torch.device("cpu")) == torch.float32
+    assert row_dtype(torch.bfloat16, torch.device("cuda")) == torch.bfloat16, "GPU rows keep the logits' dtype"
+    g = torch.Generator().manual_seed(0)
+    weight = (torch.randn(V, H, generator=g) * 0.1).to(torch.bfloat16)
+    weight[40] = weight[9] = 1.0  # two kept rows tied at the top for a positive hidden state
+    head = build_drafter_head(weight, TokenMap(MAP, V), V, V)
+    hidden = torch.rand(3, H, generator=g).to(torch.bfloat16) + 1
+    kept = head.kept_logits(hidden)
+    assert kept.dtype == torch.bfloat16
+    row = head.row_logits(hidden)
+    assert row.dtype == torch.float32 and row.shape == (3, V)
+    assert torch.equal(row[:, MAP], kept.float())
+    outside = torch.ones(V, dtype=torch.bool)
+    outside[MAP] = False
+    assert bool(torch.isneginf(row[:, outside]).all())
+    bf16_row = torch.full((3, V), float("-inf"), dtype=torch.bfloat16).index_copy_(1, torch.tensor(MAP), kept)
+    assert torch.equal(row[:, 9], row.max(-1).values) and torch.equal(row[:, 9], row[:, 40]), "the tie is the top"
+    assert row.argmax(-1).tolist() == bf16_row.argmax(-1).tolist() == [9, 9, 9]
+    assert row.data_ptr() == head.row_logits(hidden).data_ptr(), "the fp32 row is allocated once per shape"

@@ -97,20 +97,33 @@ class DrafterHead(nn.Module):
 
     def row_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, n_rows] logits as vLLM's LogitsProcessor returns them for this head: the kept rows' scores, -inf
-        elsewhere. Graph-safe: no host sync, no data-dependent shape or branch; the output for each shape is
-        allocated once (a captured graph replays into the same memory) and refilled with -inf on every call, as
-        samplers may scale or overwrite it in place. A caller gets the same tensor back on the next call with the
-        same shape (vLLM's drafters consume the logits of a step before the next one)."""
+        elsewhere (in `row_dtype`: the same values, widened to fp32 on CPU). Graph-safe: no host sync, no
+        data-dependent shape or branch; the output for each shape is allocated once (a captured graph replays into
+        the same memory) and refilled with -inf on every call, as samplers may scale or overwrite it in place. A
+        caller gets the same tensor back on the next call with the same shape (vLLM's drafters consume the logits
+        of a step before the next one)."""
         kept = self.kept_logits(hidden)
-        key = (tuple(kept.shape[:-1]), kept.dtype, kept.device)
+        dtype = row_dtype(kept.dtype, kept.device)
+        key = (tuple(kept.shape[:-1]), dtype, kept.device)
         out = self._row_logits.get(key)
         if out is None:
-            out = self._row_logits[key] = kept.new_empty((*kept.shape[:-1], self.n_rows))
+            out = self._row_logits[key] = kept.new_empty((*kept.shape[:-1], self.n_rows), dtype=dtype)
         out.fill_(float("-inf"))
-        return out.index_copy_(out.dim() - 1, self.rows, kept)
+        return out.index_copy_(out.dim() - 1, self.rows, kept.to(dtype))
 
     def extra_repr(self) -> str:
         return f"kept={self.size}, vocab_size={self.vocab_size}, rank_rows={self.vocab.size}"
+
+
+def row_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype of the full row the drafter's samplers scan. On CPU a 16-bit float row is widened to fp32: PyTorch's
+    CPU argmax over bf16 is not vectorised, and over 151,936 columns it cost ~2.5x the fp32 argmax (500 vs 200 us
+    per row, one thread; docs/vllm.md, "where the full-row cost went"), while widening the K kept scores is exact
+    and cheap. Elsewhere (GPU: fill and argmax are memory-bound) the row keeps the logits' own dtype. Decided by
+    device and dtype only, never by values, so a captured graph sees one dtype."""
+    if device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
+        return torch.float32
+    return dtype
 
 
 def build_drafter_head(
