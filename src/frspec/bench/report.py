@@ -208,6 +208,7 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
         lines.append(f"- EAGLE head: `{meta['eagle_head']}` on target `{meta.get('eagle_target')}`")
     lines += [
         f"- Machine: {machine.get('cpu', 'unknown')}, {machine.get('cores')} cores, {machine.get('platform')}"
+        + (f"; kernels: {machine['kernel_isa']}" if machine.get("kernel_isa") else "")
         + (f", GPU {machine['gpu']}" if machine.get("gpu") else ""),
         f"- Prompts: {meta.get('num_prompts')} from {meta.get('dataset')}; max new tokens: "
         f"{meta.get('max_new_tokens')}; decoding: {meta.get('decoding')}",
