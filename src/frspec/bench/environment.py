@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from frspec.decode.cost_measure import cpu_model  # the controller's cost cache names the CPU the same way
+from frspec.decode.cost_measure import cpu_model, kernel_isa  # the cost cache names the CPU the same way
 
 
 def git_commit(repo_dir: str | os.PathLike | None = None) -> str:
@@ -38,10 +38,7 @@ def machine_info() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
-        # The instruction set torch's kernels use (ATEN_CPU_CAPABILITY and ONEDNN_MAX_CPU_ISA can lower it, e.g. to
-        # stand in for an AVX2-only CPU): it changes what a forward over several rows costs.
-        "kernel_isa": torch.backends.cpu.get_cpu_capability()
-        + (f", oneDNN <= {os.environ['ONEDNN_MAX_CPU_ISA']}" if os.environ.get("ONEDNN_MAX_CPU_ISA") else ""),
+        "kernel_isa": kernel_isa(),  # e.g. lowered to AVX2 to stand in for an AVX2-only CPU
     }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)

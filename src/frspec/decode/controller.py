@@ -242,12 +242,12 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
     options = rates(state, costs, remaining, context=context)
     if not options:
         return _record(state, Plan(0, s.sizes[-1]))
-    depth, k = max(options, key=lambda dk: (options[dk], -dk[0], -dk[1]))
+    depth, k = _best(options)
     if depth > 0 or s.max_depth == 0 or (remaining is not None and remaining <= 1):
         return _record(state, Plan(depth, k))
     # Plain decoding wins on the estimate: draft anyway while acceptance's upper bound says drafting pays.
     bounded = rates(state, costs, remaining, acceptance="upper", context=context)
-    depth, k = max(bounded, key=lambda dk: (bounded[dk], -dk[0], -dk[1]))
+    depth, k = _best(bounded)
     if depth > 0:
         state.plain_steps = 0
         return _record(state, Plan(depth, k))
@@ -255,7 +255,7 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
     state.plain_steps += 1
     if state.plain_steps >= state.next_probe:
         hopeful = rates(state, costs, remaining, acceptance="perfect", context=context)
-        best = max(hopeful, key=lambda dk: (hopeful[dk], -dk[0], -dk[1]))
+        best = _best(hopeful)
         if best[0] > 0:
             state.plain_steps = 0
             state.next_probe = _probe_interval(state)
@@ -292,6 +292,11 @@ def observe(state: ControllerState, plan: Plan, accepted: int, token_ranks: Sequ
             break
         state.agreed[i] = state.agreed[i] * DRAFT_DECAY + agreed
         state.tried[i] = state.tried[i] * DRAFT_DECAY + tried
+
+
+def _best(options: dict[tuple[int, int], float]) -> tuple[int, int]:
+    """The (depth, size) with the most tokens per second; ties go to the shorter draft, then the smaller map."""
+    return max(options, key=lambda dk: (options[dk], -dk[0], -dk[1]))
 
 
 def _step_time(state: ControllerState, costs: StepCosts, depth: int, k: int, context: int | None) -> float:

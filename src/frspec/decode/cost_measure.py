@@ -58,16 +58,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def kernel_isa() -> str:
+    """The instruction set torch's CPU kernels use: ATEN_CPU_CAPABILITY and ONEDNN_MAX_CPU_ISA can lower it (an
+    AVX-512 machine told to use AVX2 has another cost curve), e.g. "AVX512" or "AVX2, oneDNN <= AVX2"."""
+    onednn = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    return torch.backends.cpu.get_cpu_capability() + (f", oneDNN <= {onednn}" if onednn else "")
+
+
 def machine_name(device: torch.device) -> str:
-    """What the costs depend on besides the models: the processor that runs them, the instruction set torch's
-    kernels use on it (ATEN_CPU_CAPABILITY and ONEDNN_MAX_CPU_ISA can lower it: an AVX-512 machine told to use
-    AVX2 has another cost curve) and torch's threads."""
+    """What the costs depend on besides the models: the processor that runs them, the instruction set its kernels
+    use (`kernel_isa`) and torch's threads."""
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)} (torch {torch.__version__})"
-    isa = torch.backends.cpu.get_cpu_capability()
-    onednn = os.environ.get("ONEDNN_MAX_CPU_ISA")
-    isa += f", oneDNN <= {onednn}" if onednn else ""
-    return f"{cpu_model()} [{isa}], {torch.get_num_threads()} threads (torch {torch.__version__})"
+    return f"{cpu_model()} [{kernel_isa()}], {torch.get_num_threads()} threads (torch {torch.__version__})"
 
 
 def weight_format(module: torch.nn.Module) -> str:

@@ -90,6 +90,15 @@ def _drafter_widths() -> list[int]:
     return sorted({1} | {t.branching ** level for t in TREE_SHAPES for level in range(1, t.depth)})
 
 
+def _engine_overheads(target, draft, head, tokenizer, calibration: Sequence[Sequence[int]], settings: TuneSettings,
+                      vanilla, target_costs, base, heads) -> dict[str, float]:
+    """The engine's overheads beyond the measured forwards, from one short chain run of the draft model or of
+    `head` (an MtpHead)."""
+    spec = engine_spec_run(target, draft, tokenizer, calibration[0], TreeShape.chain(OVERHEAD_CHAIN),
+                           settings.overhead_tokens, eagle=head)
+    return overheads(spec, vanilla, target_costs, OVERHEAD_CHAIN + 1, base[1], heads[None][1])
+
+
 def measure(target, draft, tokenizer, calibration: Sequence[Sequence[int]], token_maps: dict[int, TokenMap],
             settings: TuneSettings, say: Callable[[str], None], mtp=None) -> tuple[Measurements, int]:
     """Everything the predictions need, measured on the calibration prompts (token ids, chat-formatted); with `mtp`
@@ -105,9 +114,7 @@ def measure(target, draft, tokenizer, calibration: Sequence[Sequence[int]], toke
     base = draft_base_costs(draft, widths, context)
     heads = head_costs(vocabs, widths)
     say("engine overheads from one short speculative run")
-    spec = engine_spec_run(target, draft, tokenizer, calibration[0], TreeShape.chain(OVERHEAD_CHAIN),
-                           settings.overhead_tokens)
-    over = overheads(spec, vanilla, target_costs, OVERHEAD_CHAIN + 1, base[1], heads[None][1])
+    over = _engine_overheads(target, draft, None, tokenizer, calibration, settings, vanilla, target_costs, base, heads)
     del vocabs  # the pruned heads' copies; the bench builds its own drafters
     return Measurements(target_costs, base, heads, ranks, **over), context
 
@@ -127,9 +134,7 @@ def measure_mtp(target, head, tokenizer, calibration: Sequence[Sequence[int]], t
     base = mtp_base_costs(head, widths, context)
     heads = head_costs(vocabs, widths)
     say("engine overheads from one short MTP run")
-    spec = engine_spec_run(target, None, tokenizer, calibration[0], TreeShape.chain(OVERHEAD_CHAIN),
-                           settings.overhead_tokens, eagle=head)
-    over = overheads(spec, vanilla, target_costs, OVERHEAD_CHAIN + 1, base[1], heads[None][1])
+    over = _engine_overheads(target, None, head, tokenizer, calibration, settings, vanilla, target_costs, base, heads)
     del vocabs
     return Measurements(target_costs, base, heads, ranks, **over, ranks_by_depth=True), context
 
