@@ -190,3 +190,18 @@ def test_one_early_rejection_does_not_stop_drafting_but_steady_rejections_do():
     assert sum(p.depth == 0 for p in plans[100:]) >= 0.8 * len(plans[100:])
     good, _ = simulate(settings, dear_draft, in_top(100), agree=0.8)
     assert all(p.depth >= 1 for p in good[20:])
+
+
+def test_expected_counts_replace_the_accept_reject_outcomes_when_given():
+    """Sampling steps report each reached position's acceptance probability and target mass inside the rows
+    (decode/acceptance.py); the controller counts those instead of the step's outcome."""
+    settings = ControllerSettings(SIZES)
+    flips, expectations = new_request(settings), new_request(settings)
+    plan = choose(flips, FLAT)
+    assert plan.depth >= 2
+    observe(flips, plan, 0, [5, 9])  # rejected at the first position
+    observe(expectations, plan, 0, [5, 9], expected=[(0.6, 0.9)])
+    assert (flips.agreed[0], flips.tried[0]) == (0.0, 1.0)
+    assert (expectations.agreed[0], expectations.tried[0]) == (0.6, 0.9)
+    assert expectations.agreed[1:] == [0.0] * (plan.depth - 1) == expectations.tried[1:]
+    assert expectations.agreement(0) > flips.agreement(0)

@@ -12,6 +12,7 @@ from typing import Generator, Iterable, Iterator, Sequence
 
 import torch
 
+from frspec.decode.acceptance import expected_acceptance
 from frspec.decode.controller import (
     ControllerSettings, ControllerState, Plan, choose, new_request, observe, request_contexts,
     speculation_can_pay,
@@ -278,7 +279,13 @@ class SpeculativeGenerator:
         shape = None if plan.depth == 0 else (self.controller.shape or TreeShape.chain(plan.depth))
         step = decode_step(self.target, self.drafter, state, shape, self.hidden_layers, remaining)
         ranks = vocab.ranks(step.tokens).tolist() if isinstance(vocab, RankedVocab) else None
-        observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks)
+        expected = None
+        if step.drafted_depth and not state.sampling.is_greedy:
+            inside = None  # an unranked head's tokens all count as inside its rows, as in `ranks` above
+            if isinstance(vocab, RankedVocab):
+                inside = vocab.ranks(torch.arange(vocab.vocab_size)) < plan.size
+            expected = expected_acceptance(step.tree, step.target_logits, step.path, state.sampling, inside)
+        observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks, expected)
         stats.record_choice(step.drafted_depth, plan.size)
         return step
 

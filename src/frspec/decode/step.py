@@ -56,6 +56,11 @@ class StepResult:
     accepted: int  # accepted drafted tokens (tokens[:accepted] are drafts)
     draft_tokens: int  # drafted nodes the target verified
     target_time_s: float
+    # What was verified, for the controller's expected acceptance (decode/acceptance.py): the tree, the target's
+    # logits at its nodes, and the accepted path.
+    tree: TokenTree | None = None
+    target_logits: torch.Tensor | None = None
+    path: list[int] | None = None
 
 
 def start_state(
@@ -124,7 +129,8 @@ def decode_step(
     state.length = n + len(new)
     if drafter is not None:
         drafter.rollback(state.length - 1)
-    return StepResult(new, depth, verdict.num_accepted, tree.num_drafts, target_time)
+    return StepResult(new, depth, verdict.num_accepted, tree.num_drafts, target_time, tree, out.logits[0],
+                      verdict.path)
 
 
 def _target_forward(target: torch.nn.Module, tree: TokenTree, cache, past: int, hidden_layers):

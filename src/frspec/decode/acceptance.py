@@ -1,0 +1,61 @@
+"""What a sampled chain step tells the controller about acceptance: expectations, not coin flips.
+
+When sampling, whether a drafted token is accepted is a coin flip (verify.py: accept x ~ r with probability
+min(1, p(x) / r(x))), and the controller's estimate of acceptance (decode/controller.py) built from those flips is
+noisy: at temperature 1.0 a few unlucky rejections early in a request are enough to make plain decoding look
+better for many steps. But at every chain node the step reached, the target's p and the proposal r are both known,
+so the flip's probability itself can be recorded instead of its outcome:
+
+    beta = sum_x min(p(x), r(x))     the probability that the node's drafted child is accepted
+    mass = sum_{x in the rows} p(x)  the target's probability inside the rows the child was drafted from
+
+Why these are the controller's counts in expectation (so its estimates keep their meaning with less variance, a
+Rao-Blackwellisation): with coin flips, a reached node adds agreed = 1, tried = 1 when its child is accepted, and
+agreed = 0, tried = [the token the target then emits is inside the rows] when it is rejected. E[agreed] = beta.
+On rejection the target emits from normalise(max(p - r, 0)); r is zero outside the rows, so that residual puts
+sum_{x in rows} max(p - r, 0) = mass - beta of its total 1 - beta inside them, and
+E[tried] = beta + (1 - beta) * (mass - beta) / (1 - beta) = mass. Which nodes are reached depends only on the
+flips of the nodes above, so every reached node's pair has these expectations whatever happened before.
+
+Only chains: with several siblings a node's acceptance depends on the order they are tried in, and the controller
+drafts chains. Greedy steps need none of this: there the outcome given the prefix is certain.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from frspec.decode.sampling import SamplingParams, logits_to_probs
+from frspec.decode.token_tree import TokenTree
+
+
+def expected_acceptance(
+    tree: TokenTree,
+    target_logits: torch.Tensor,
+    path: list[int],
+    sampling: SamplingParams,
+    inside: torch.Tensor | None = None,
+) -> list[tuple[float, float]] | None:
+    """(beta, mass) for each node of the accepted `path` that has a drafted child, root first (module docstring);
+    `target_logits` [len(tree), V] are the verified step's, `inside` a bool mask over V of the rows the chain was
+    drafted from (None: every token counts as inside, mass 1). None when the step was greedy or is not a chain."""
+    if sampling.is_greedy:
+        return None
+    children = [tree.children(node) for node in path]
+    if any(len(c) > 1 for c in children):
+        return None
+    out = []
+    for node, kids in zip(path, children):
+        if not kids:
+            break
+        p = logits_to_probs(target_logits[node:node + 1], sampling)[0].double()
+        x = tree.tokens[kids[0]]
+        q = tree.child_probs.get(node)
+        if q is None:  # a deterministic child: its proposal is all mass on x
+            beta = float(p[x])
+        else:
+            q = q.to(device=p.device, dtype=torch.float64)
+            beta = float(torch.minimum(p, q / q.sum()).sum())
+        mass = 1.0 if inside is None else float(p[inside.to(p.device)].sum())
+        out.append((min(beta, mass), mass))
+    return out
