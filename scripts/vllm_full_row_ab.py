@@ -7,7 +7,8 @@ compilation, memory placement; about +-10% on the 2-core CPU) sits inside every 
 engine (the real pair, draft k=3, one map, compiled unless --eager) serves both paths: between requests one RPC to
 the worker switches its drafter between the compact path (compact_path.py's instance methods) and vLLM's own
 `_greedy_sample`, which calls the model's pruned `compute_logits`, the full row V2's speculators see. Paths
-alternate per prompt in ABBA order, each round every prompt once per path, batch 1, greedy. Printed and written:
+alternate per prompt in ABBA order, each round every prompt once per path, batch 1, greedy; every measurement checks
+that the model's pruned `compute_logits` ran on the full-row path and not on the compact one. Printed and written:
 throughput per path, the median over (round, prompt) pairs of full-row/compact time ratios with a bootstrap 95%
 interval, and whether both paths emitted the same tokens.
 """
@@ -44,6 +45,17 @@ def set_path(worker, path: str) -> str:
             drafter.__dict__.pop(n, None)
     drafter.frspec_path = path
     return path
+
+
+def pruned_calls(worker) -> int:
+    """Run in the vLLM worker: calls so far of the drafter's pruned compute_logits (the full-row path makes them,
+    the compact path does not), so each measurement proves which path it ran."""
+    from frspec.vllm_plugin.pruned_logits import pruned_logits_of
+    from frspec.vllm_plugin.worker_check import drafter_model
+
+    runner = worker.model_runner if hasattr(worker, "model_runner") else worker.worker.model_runner
+    drafter = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
+    return sum(p.calls for p in pruned_logits_of(drafter_model(drafter)))
 
 
 def bootstrap_median(values: list[float], rng: random.Random, n: int = 2000) -> tuple[float, float]:
@@ -105,11 +117,16 @@ def main() -> None:
                 order = PATHS if (r + i) % 2 == 0 else PATHS[::-1]
                 for path in order:
                     llm.collective_rpc(set_path, args=(path,))
+                    calls = sum(llm.collective_rpc(pruned_calls))
                     t0 = time.perf_counter()
                     out = llm.generate([{"prompt_token_ids": ids}], greedy, use_tqdm=False)[0]
                     wall = time.perf_counter() - t0
+                    calls = sum(llm.collective_rpc(pruned_calls)) - calls
+                    if (calls > 0) != (path == "full-row"):
+                        raise RuntimeError(f"{path}: the pruned compute_logits ran {calls} times")
                     tokens = list(out.outputs[0].token_ids)
-                    records.append({"round": r, "prompt": pid, "path": path, "wall_s": wall, "tokens": tokens})
+                    records.append({"round": r, "prompt": pid, "path": path, "wall_s": wall, "tokens": tokens,
+                                    "pruned_compute_logits_calls": calls})
                     print(f"round {r + 1} {pid} {path}: {len(tokens)} tokens in {wall:.2f}s", flush=True)
         load_end = list(os.getloadavg())
     finally:
