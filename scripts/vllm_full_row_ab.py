@@ -31,8 +31,9 @@ SWAPPED = ("_greedy_sample", "_sample_draft_tokens")  # what compact_path.use_co
 
 def set_path(worker, path: str) -> str:
     """Run in the vLLM worker: make its drafter use `path` (the compact methods are stashed on first call)."""
-    runner = worker.model_runner if hasattr(worker, "model_runner") else worker.worker.model_runner
-    drafter = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
+    from frspec.bench.vllm_runner import _worker_drafter
+
+    drafter = _worker_drafter(worker)
     if not hasattr(drafter, "_frspec_ab_compact"):
         stash = {n: drafter.__dict__[n] for n in SWAPPED if n in drafter.__dict__}
         if len(stash) != len(SWAPPED) or getattr(drafter, "frspec_path", None) != "compact":
@@ -51,11 +52,10 @@ def pruned_calls(worker) -> int:
     """Run in the vLLM worker: calls so far of the drafter's pruned compute_logits (the full-row path makes them,
     the compact path does not), so each measurement proves which path it ran."""
     from frspec.vllm_plugin.pruned_logits import pruned_logits_of
+    from frspec.bench.vllm_runner import _worker_drafter
     from frspec.vllm_plugin.worker_check import drafter_model
 
-    runner = worker.model_runner if hasattr(worker, "model_runner") else worker.worker.model_runner
-    drafter = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
-    return sum(p.calls for p in pruned_logits_of(drafter_model(drafter)))
+    return sum(p.calls for p in pruned_logits_of(drafter_model(_worker_drafter(worker))))
 
 
 def bootstrap_median(values: list[float], rng: random.Random, n: int = 2000) -> tuple[float, float]:
