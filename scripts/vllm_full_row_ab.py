@@ -74,12 +74,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
 
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc with set_path
-    os.environ["FRSPEC_V1_COMPACT"] = "1"
     from frspec.bench.datasets import encode_prompt, load_mtbench
     from frspec.bench.environment import git_commit, machine_info
     from frspec.bench.token_maps import maps_from_counts, sharegpt_counts
+    from frspec.bench.vllm_runner import TOKEN_MAP_ENV, V1_COMPACT_ENV
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc with set_path
+    os.environ[V1_COMPACT_ENV] = "1"
     from frspec.models.loading import resolve_model_dir
     from frspec.models.tokenizer import load_tokenizer
 
@@ -90,12 +92,12 @@ def main() -> None:
     from transformers import AutoConfig
 
     vocab_size = int(AutoConfig.from_pretrained(target_dir).vocab_size)
-    counts, counts_path = sharegpt_counts(tokenizer, vocab_size, progress=False)
+    counts, _ = sharegpt_counts(tokenizer, vocab_size, progress=False)
     token_map = maps_from_counts(counts, [args.map_size], vocab_size)[args.map_size]
     args.out.mkdir(parents=True, exist_ok=True)
     map_file = Path(tempfile.mkdtemp()) / f"map-{args.map_size}.safetensors"  # read by the plugin at start-up
     token_map.save(map_file, format="frspec")
-    os.environ["FRSPEC_TOKEN_MAP"] = str(map_file)
+    os.environ[TOKEN_MAP_ENV] = str(map_file)
     prompts = [(p.id, encode_prompt(tokenizer, p)) for p in load_mtbench(args.num_prompts)]
 
     from vllm import LLM, SamplingParams

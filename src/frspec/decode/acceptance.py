@@ -44,12 +44,13 @@ def expected_acceptance(
     children = [tree.children(node) for node in path]
     if any(len(c) > 1 for c in children):
         return None
+    reached = [(node, kids[0]) for node, kids in zip(path, children) if kids]  # the path's last node may be a leaf
+    if not reached:
+        return []
+    probs = logits_to_probs(target_logits[[node for node, _ in reached]], sampling).double()  # as verify.py does
     out = []
-    for node, kids in zip(path, children):
-        if not kids:
-            break
-        p = logits_to_probs(target_logits[node:node + 1], sampling)[0].double()
-        x = tree.tokens[kids[0]]
+    for (node, child), p in zip(reached, probs):
+        x = tree.tokens[child]
         q = tree.child_probs.get(node)
         if q is None:  # a deterministic child: its proposal is all mass on x
             beta = float(p[x])

@@ -290,22 +290,20 @@ def observe(state: ControllerState, plan: Plan, accepted: int, token_ranks: Sequ
         grow = plan.depth - len(state.tried)
         state.tried.extend([0.0] * grow)
         state.agreed.extend([0.0] * grow)
-    if expected is not None:
-        for i, (agreed, tried) in enumerate(expected[:plan.depth]):
-            state.agreed[i] = state.agreed[i] * DRAFT_DECAY + agreed
-            state.tried[i] = state.tried[i] * DRAFT_DECAY + tried
-        return
-    for i in range(plan.depth):
-        if i < accepted:
-            agreed, tried = 1.0, 1.0
-        elif i == accepted:
-            # Rejected here: the draft's fault only if its rows held the target's token.
-            held = ranks is None or (i < len(ranks) and ranks[i] < plan.size)
-            agreed, tried = 0.0, float(held)
-        else:
-            break
+    counts = _outcomes(plan, accepted, ranks) if expected is None else list(expected[:plan.depth])
+    for i, (agreed, tried) in enumerate(counts):
         state.agreed[i] = state.agreed[i] * DRAFT_DECAY + agreed
         state.tried[i] = state.tried[i] * DRAFT_DECAY + tried
+
+
+def _outcomes(plan: Plan, accepted: int, ranks: list[int] | None) -> list[tuple[float, float]]:
+    """(agreed, tried) of each drafted position the step reached, from its accept/reject outcome."""
+    counts = [(1.0, 1.0)] * min(accepted, plan.depth)
+    if accepted < plan.depth:
+        # Rejected here: the draft's fault only if its rows held the target's token.
+        held = ranks is None or (accepted < len(ranks) and ranks[accepted] < plan.size)
+        counts.append((0.0, float(held)))
+    return counts
 
 
 def _best(options: dict[tuple[int, int], float]) -> tuple[int, int]:
