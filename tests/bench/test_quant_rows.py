@@ -243,3 +243,23 @@ def test_quick_preset_adds_quantized_rows_on_a_cpu_only():
     assert off.quant_rows == () and not off.llamacpp
     full = plan_bench()
     assert full.quant_rows == () and not full.llamacpp and full.row_costs == 0
+
+
+def test_a_quantized_auto_row_packs_its_ranked_head_and_shares_it_with_the_static_rows(tiny_dirs):
+    """The int4 rows' auto row ranks its head and packs it once like the static rows' heads (here int8: the tiny
+    models' width is no multiple of the int4 group); the static int4 rows whose maps prefix its ranking are served
+    by the same packed head at their size, as the float rows are by the float one."""
+    from frspec.bench.runner import _build_generators
+    from frspec.vocab.ranked_vocab import RankedVocab
+
+    target, draft, quantized, tok = _pairs(tiny_dirs)
+    counts = count_tokens(tok, CORPUS, vocab_size=VOCAB)
+    maps = {k: TokenMap.from_counts(counts, top_k=k) for k in (32, 64)}
+    methods = plan_methods([2], [32, 64], quant="int4", auto=True)
+    generators = _build_generators(methods, target, draft, None, tok, maps, quantized={"int4": quantized})
+    auto = next(m for m in methods if m.auto)
+    ranked = generators[auto].drafter
+    assert isinstance(ranked.vocab, RankedVocab) and ranked.vocab.packed_all is not None
+    assert type(ranked.vocab.head).__name__ == "Int8Linear" and ranked.vocab.weight_all is None
+    shared = [m for m in methods if m.token_map_size is not None and not m.auto]
+    assert shared and all(generators[m].drafter is ranked for m in shared)

@@ -154,6 +154,15 @@ def test_auto_on_an_int4_pair_measures_int4_costs_and_stays_lossless(pair, cache
     float_auto = build_generator(target, draft, ranking)
     assert "Int4Linear" not in float_auto.costs.provenance["target"]
     assert len(list(cache.glob("*.json"))) == 2
+    # With the drafter head int4 too (--draft-quant int4): the ranked head is packed once, every size its first
+    # rows; the costs are measured for that head (a third entry), and the output is still the int4 target's own.
+    packed = build_generator(q_target, q_draft, ranking, draft_head_quant="int4")
+    vocab = packed.drafter.vocab
+    assert vocab.packed_all is not None and len(packed.controller.sizes) > 1
+    assert "head:RankedVocab/256/Int4Linear" in packed.costs.provenance["drafter"]
+    assert len(list(cache.glob("*.json"))) == 3
+    out = packed.generate(input_ids=[prompt], max_new_tokens=24, eos_token_ids=[], sampling=SamplingParams())
+    assert out.token_ids == vanilla and set(out.stats.chosen_map_sizes) <= set(packed.controller.sizes)
 
 
 def test_the_machine_name_says_which_instruction_set_the_kernels_may_use(monkeypatch):

@@ -112,6 +112,15 @@ def test_generate_token_map_size_auto_and_fixed(model_dirs, capsys, tmp_path, mo
     record = json.loads(out)
     assert code == 0 and record["token_ids"] == vanilla["token_ids"] and "auto" not in record
     assert record["method"] == "fr-spec"
+    # A quantized drafter head: the ranked head is packed once and the controller still chooses the size.
+    code, out, err = _run(drafted + ["--draft-quant", "int8"], capsys)
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["token_ids"] == vanilla["token_ids"] and 40 in record["auto"]["map_sizes"]
+    # Context rows copy float rows per request: not on a packed ranked head, said in one line.
+    code, out, err = _run(drafted + ["--draft-quant", "int8", "--token-map-size", "auto", "--context-rows", "4",
+                                     "--context-budget", "additive"], capsys)
+    assert code == 2 and "takes no context rows" in err.strip().splitlines()[-1] and "Traceback" not in err
 
 
 @pytest.mark.parametrize("extra, message", [

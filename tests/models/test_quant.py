@@ -180,3 +180,47 @@ def test_speculative_output_equals_the_quantized_targets_own(quant, tie):
                 assert out.token_ids == ref, f"map={token_map is not None} k={k} prompt={prompt}"
                 accepted += sum(out.stats.accepted_per_position)
     assert accepted > 0
+
+
+def test_the_cpu_int4_layout_cut_at_its_row_block_is_the_packing_of_the_first_rows():
+    # first_rows rests on this: the first k rows of a packed weight (k a multiple of the block) are the packing of
+    # the weight's first k rows. Checked on a larger weight than cpu_int4_row_block's own probe.
+    block = K.cpu_int4_row_block()
+    assert block in (16, 32, 64, 128)
+    codes = torch.randint(0, 16, (block * 5 + 16, 96), generator=torch.Generator().manual_seed(3), dtype=torch.int32)
+    whole = K.pack_int4_cpu(codes)
+    for m in (block, 2 * block, 5 * block):
+        assert torch.equal(K.pack_int4_cpu(codes[:m]), whole[:m])
+
+
+@pytest.mark.parametrize("quant", ["int4", "int8"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_first_rows_compute_the_first_outputs_from_the_same_packed_weight(quant, bias):
+    """A ranked head quantized once serves every map size through first_rows(k): the same outputs as the whole
+    layer's first k, and as a layer quantized from the first k rows alone, over views of the one weight."""
+    lin = _linear(300, 64, bias=bias, dtype=torch.bfloat16)
+    layer = quantize_linear(lin, quant)
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    whole = layer(x)
+    stored = layer.packed if quant == "int4" else layer.values
+    for k in (1, 40, 64, 128, 200, 300):
+        part = layer.first_rows(k)
+        y = part(x)
+        assert y.shape == (3, k) and torch.equal(y, whole[:, :k])
+        alone = nn.Linear(64, k, bias=bias).to(torch.bfloat16)
+        alone.weight.data, alone.bias = lin.weight.data[:k], (lin.bias if bias else None)
+        if bias:
+            alone.bias = nn.Parameter(lin.bias.data[:k])
+        assert torch.equal(quantize_linear(alone, quant)(x), y)
+        mine = part.packed if quant == "int4" else part.values
+        assert mine.untyped_storage().data_ptr() == stored.untyped_storage().data_ptr()  # a view, not a copy
+    for bad in (0, 301, 2.5, True):
+        with pytest.raises(FrspecError, match="k must be an integer"):
+            layer.first_rows(bad)
+
+
+def test_first_rows_refuses_a_layout_it_cannot_cut_in_one_line(monkeypatch):
+    layer = quantize_linear(_linear(128, 64, dtype=torch.bfloat16), "int4")
+    monkeypatch.setattr(K, "cpu_int4_row_block", lambda: None)
+    with pytest.raises(FrspecError, match="cannot be cut to its first rows"):
+        layer.first_rows(64)

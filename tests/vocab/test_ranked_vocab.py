@@ -153,3 +153,39 @@ def test_context_rows_on_top_of_a_ranked_head():
     assert ranked.n_ctx == 1 and ranked.ranks([30]).tolist() == [30]
     ranked = ranked.to(torch.float64)
     assert ranked.logits(h.double()).shape[-1] == 43
+
+
+@pytest.mark.parametrize("quant", ["int4", "int8"])
+def test_a_quantized_ranked_head_is_one_packed_copy_serving_every_k(quant):
+    """quantize_head packs the whole ranked matrix once and drops the float copy; every k is then the packed
+    head's first k rows, scoring exactly as a static map's head quantized from its own k rows does."""
+    from frspec.models.quant import Int4Linear, Int8Linear, quantize_linear
+
+    w, b = _head(vocab=512, hidden=64)
+    w, b = w.bfloat16(), b.bfloat16()
+    counts = TokenCounts(torch.randint(0, 1000, (512,), generator=torch.Generator().manual_seed(2)))
+    ranked = RankedVocab.build(w, counts, b)
+    assert ranked.quantize_head(lambda linear: quantize_linear(linear, quant))
+    assert not ranked.quantize_head(lambda linear: quantize_linear(linear, quant))  # once
+    assert ranked.weight_all is None and ranked.bias_all is None  # the float copy is gone
+    layer = Int4Linear if quant == "int4" else Int8Linear
+    packed = ranked.packed_all.packed if quant == "int4" else ranked.packed_all.values
+    h = torch.randn(3, 64, dtype=torch.bfloat16)
+    for k in (1, 64, 100, 256, 512):
+        static = DraftVocab.build(w, b, TokenMap.from_counts(counts, top_k=k))
+        static.quantize_head(lambda linear: quantize_linear(linear, quant))
+        ranked.set_size(k)
+        assert isinstance(ranked.head, layer) and ranked.size == k
+        assert torch.equal(ranked.logits(h), static.logits(h)) and torch.equal(ranked.logits(h, k), static.logits(h))
+        mine = ranked.head.packed if quant == "int4" else ranked.head.values
+        assert mine.untyped_storage().data_ptr() == packed.untyped_storage().data_ptr()
+        assert torch.equal(ranked.target_ids, static.target_ids)
+
+
+def test_a_quantized_ranked_head_takes_no_context_rows():
+    from frspec.models.quant import quantize_linear
+
+    w, b = _head(vocab=128, hidden=64)
+    ranked = RankedVocab.build(w, torch.arange(128), b, extra_rows=4)
+    with pytest.raises(FrspecError, match="takes no context rows"):
+        ranked.quantize_head(lambda linear: quantize_linear(linear, "int4"))

@@ -190,8 +190,8 @@ def plan_methods(
     drafter followed by each FR-Spec map size, then (with `auto` and maps) the `auto` row choosing length and map
     size per step; then for each EAGLE shape the head followed by each EAGLE map size and that shape's auto-size
     row. `head_kind` names the head of those rows: "eagle", or "mtp" for the target's own MTP layers. Auto rows rank
-    by the largest map; a quantized (`quant`) auto row runs the quantized target and draft body with a float
-    ranked head (a packed head has one size), and the controller's costs are measured for those models.
+    by the largest map; a quantized (`quant`) auto row runs the quantized target and draft body with its ranked head
+    packed like the static rows' heads, and the controller's costs are measured for those models and that head.
 
     The drafter without a map is always included, since FR-Spec's speedup is measured against it. A draft tree
     shape that is a chain already planned by num-spec-tokens is not repeated.

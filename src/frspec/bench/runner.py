@@ -98,16 +98,21 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
             raise ValueError(f"method {m.label} needs an EAGLE head")
         if not m.uses_eagle and m_draft is None:
             raise ValueError(f"method {m.label} needs a draft model")
-        ranked = _ranked_drafter(m, methods, token_maps, draft_head_quant)
+        # The drafter head's weight format: a quantized row's follows its draft (or quant_draft_heads), a float
+        # row's --draft-quant.
+        head_quant = quant_draft_heads.get(m.quant, m.quant) if m.quant is not None else draft_head_quant
+        ranked = _ranked_drafter(m, methods, token_maps)
         if ranked is not None:
             # Auto rows, and static rows whose map holds the first ids of the auto row's ranking: one
             # frequency-ranked head (vocab/ranked_vocab.py) serves them all, each static row at its size (set per
-            # request), the auto row choosing per step. Its head stays float (a packed head has one size).
+            # request), the auto row choosing per step. A quantized head is packed once, whole, and every size is
+            # its first rows (models/quant.py `first_rows`): the same packed rows a static map's own head has.
             ranked_key = ("ranked", m.uses_eagle, ranked.token_map_size, m.quant)
             if ranked_key not in drafters:
                 drafters[ranked_key] = build_drafter(
                     m_target, draft=None if m.uses_eagle else m_draft, eagle=eagle if m.uses_eagle else None,
-                    token_map=token_maps[ranked.token_map_size], tokenizer=tokenizer, token_map_size="auto")
+                    token_map=token_maps[ranked.token_map_size], tokenizer=tokenizer, token_map_size="auto",
+                    head_quant=None if m.uses_eagle else head_quant)
             drafter = drafters[ranked_key]
             if m.auto:
                 # tree None (a draft model's auto row): the controller chooses the length too.
@@ -126,23 +131,21 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
                 m_target, draft=None if m.uses_eagle else m_draft, eagle=eagle if m.uses_eagle else None,
                 token_map=token_map, tokenizer=tokenizer,
                 context_rows=m.context_rows or 0, context_budget=m.context_budget or "fixed",
-                head_quant=quant_draft_heads.get(m.quant, m.quant) if m.quant is not None else draft_head_quant,
+                head_quant=head_quant,
             )
         generators[m] = build_generator(m_target, draft=drafters[key], tokenizer=tokenizer, tree=m.tree)
     return generators
 
 
-def _ranked_drafter(m: Method, methods, token_maps: dict[int, TokenMap], draft_head_quant: str | None
-                    ) -> Method | None:
-    """The auto row whose ranked head serves `m` (itself if it is one), or None: an unquantized row of the same
-    drafter without context rows, whose map (if any) is a prefix of that auto row's ranking, under float heads."""
+def _ranked_drafter(m: Method, methods, token_maps: dict[int, TokenMap]) -> Method | None:
+    """The auto row whose ranked head serves `m` (itself if it is one), or None: a row of the same drafter and
+    models (quantized alike, so its head's weight format is the same too) without context rows, whose map (if
+    any) is a prefix of that auto row's ranking."""
     if m.auto:
-        # A quantized draft head (--draft-quant, a quantized row's head) is left float on an auto row: packed
-        # heads have one size. Its target and draft body are the row's (quantized) ones.
         return m
-    if m.quant is not None or m.context_rows is not None or draft_head_quant is not None:
+    if m.context_rows is not None:
         return None
-    auto = next((a for a in methods if a.auto and a.uses_eagle == m.uses_eagle and a.quant is None), None)
+    auto = next((a for a in methods if a.auto and a.uses_eagle == m.uses_eagle and a.quant == m.quant), None)
     if auto is None:
         return None
     if m.auto or m.token_map_size is None:

@@ -180,7 +180,7 @@ def run_generate(args: argparse.Namespace) -> int:
             raise FrspecError(f"--mtp reads the MTP layers from a local checkpoint directory, not {args.target!r}")
         eagle = load_mtp_head(target, target_dir)  # drafted by an MtpDrafter (build_generator)
     if token_map is None and drafting and num_spec_tokens is None and args.tree_depth is None \
-            and not args.context_rows and draft_quant(args) is None:
+            and not args.context_rows:
         # No map given: with counts shipped for this tokenizer, rank the drafter's head by them and let the
         # controller choose the size per step (no map included), as it chooses the length.
         from frspec.vocab.shipped import default_ranking
@@ -188,8 +188,6 @@ def run_generate(args: argparse.Namespace) -> int:
 
         token_map = default_ranking(tokenizer_identity(tokenizer), vocab_size_of(target))
         token_map_size = "auto" if token_map is not None else None
-    if token_map is not None and token_map_size is None and draft_quant(args) is not None:
-        token_map_size = token_map.k  # a quantized head is packed for one row count: the map's own
     # The one spelling below the command line: a TreeShape when --num-spec-tokens is a number or a tree's options
     # are given; None (auto): the controller chooses the length per step.
     drafted = tree if drafting and (num_spec_tokens is not None or args.tree_depth is not None) else None

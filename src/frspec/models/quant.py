@@ -121,6 +121,26 @@ class Int4Linear(nn.Module):
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
 
+    def first_rows(self, k: int) -> Int4Linear:
+        """A layer computing this one's first k outputs from the same packed weight: a view of its codes, nothing
+        re-packed. The kernel reads the (scale, zero) table as contiguous, so the first k rows' part of it is copied
+        (1/16 of the codes' bytes at group 32). The CPU layout stores rows in blocks (cpu_int4_row_block): the view
+        covers k rounded up to a block and the output is cut to k, as for the padded rows."""
+        k = _check_first_rows(k, self.out_features)
+        layer = _sharing(self, out_features=k)
+        if self.kernel == K.DEQUANT:
+            layer.register_buffer("dequantized", self.dequantized[:k], persistent=False)
+        else:
+            block = K.cpu_int4_row_block() if self.kernel == K.CPU_INT4 else None
+            if block is None:
+                raise FrspecError(f"the {self.kernel} int4 layout cannot be cut to its first rows: a packed head "
+                                  "here has one size (give a map size, not auto)")
+            rows = min(-(-k // block) * block, int(self.packed.shape[0]))
+            layer.register_buffer("packed", self.packed[:rows], persistent=False)
+            layer.register_buffer("scales_and_zeros", self.scales_and_zeros[:, :rows].contiguous(), persistent=False)
+        layer.register_buffer("bias", None if self.bias is None else self.bias[:k], persistent=False)
+        return layer
+
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}, "
                 f"kernel={self.kernel}, bias={self.bias is not None}")
@@ -147,12 +167,41 @@ class Int8Linear(nn.Module):
             y = K.int8_mm(x2d, self.values, self.scale).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
+    def first_rows(self, k: int) -> Int8Linear:
+        """A layer computing this one's first k outputs: views of its first k rows and scales (rows are stored one
+        after another, so any k works and nothing is copied)."""
+        k = _check_first_rows(k, self.out_features)
+        layer = _sharing(self, out_features=k)
+        layer.register_buffer("values", self.values[:k], persistent=False)
+        layer.register_buffer("scale", self.scale[:k], persistent=False)
+        layer.register_buffer("bias", None if self.bias is None else self.bias[:k], persistent=False)
+        return layer
+
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, kernel={self.kernel}, "
                 f"bias={self.bias is not None}")
 
 
 QuantizedLinear = (Int4Linear, Int8Linear)
+
+
+def _check_first_rows(k: int, out_features: int) -> int:
+    if isinstance(k, bool) or int(k) != k or not 1 <= int(k) <= out_features:
+        raise FrspecError(f"a layer's first rows: k must be an integer in [1, {out_features}], got {k!r}")
+    return int(k)
+
+
+def _sharing(layer: nn.Module, **changes) -> nn.Module:
+    """A new module of `layer`'s class with its plain attributes (kernel, sizes) and `changes`, no buffers yet: the
+    caller registers views of `layer`'s."""
+    new = type(layer).__new__(type(layer))
+    nn.Module.__init__(new)
+    for name, value in vars(layer).items():
+        if not name.startswith("_") and name != "training":
+            setattr(new, name, value)
+    for name, value in changes.items():
+        setattr(new, name, value)
+    return new
 
 
 def quantized_linear(weight: Int4Weight | Int8Weight, bias, dtype, device) -> nn.Module:

@@ -18,6 +18,8 @@ logic: no GPU was available when they were written.
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 
 INT4_GROUP_SIZES = (32, 64, 128, 256)  # what both int4 kernels accept
@@ -85,6 +87,21 @@ def scales_and_zeros(scale: torch.Tensor, minimum: torch.Tensor, dtype: torch.dt
 def pack_int4_cpu(codes: torch.Tensor) -> torch.Tensor:
     """CPU layout of int4 codes [N, K] (0..15, N a multiple of 16)."""
     return torch._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
+
+
+@cache
+def cpu_int4_row_block() -> int | None:
+    """Rows per block of the CPU int4 layout, or None when no block size works: for k a multiple of it, the first k
+    rows of a packed weight are exactly the packing of the weight's first k rows (so one packed head serves every
+    such k, models/quant.py `first_rows`). The layout is the build's (64 rows on the AVX-512 and AVX2 builds
+    measured), not a documented constant, so it is found once per process by packing both ways."""
+    gen = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 16, (256, 64), generator=gen, dtype=torch.int32)
+    whole = pack_int4_cpu(codes)
+    for block in (16, 32, 64, 128):
+        if all(torch.equal(pack_int4_cpu(codes[:m]), whole[:m]) for m in range(block, 256, block)):
+            return block
+    return None
 
 
 def pack_int4_cuda(codes: torch.Tensor) -> torch.Tensor:

@@ -69,6 +69,8 @@ class RankedVocab(DraftVocab):
         if isinstance(extra_rows, bool) or int(extra_rows) != extra_rows or int(extra_rows) < 0:
             raise FrspecError(f"context rows must be a non-negative integer, got {extra_rows}")
         self.extra_rows = int(extra_rows)
+        self.packed_all = None  # the whole ranked head quantized once (quantize_head); None while float
+        self._packed_rows: dict[int, nn.Module] = {}  # k -> packed_all.first_rows(k), made on first use
         self.register_buffer("ctx_weight", self.weight_all.new_zeros(self.extra_rows, self.weight_all.shape[1]),
                              persistent=False)
         self.register_buffer("ctx_bias", None if self.bias_all is None else self.bias_all.new_zeros(self.extra_rows),
@@ -168,7 +170,10 @@ class RankedVocab(DraftVocab):
             if isinstance(k, bool) or int(k) != k or not 1 <= int(k) <= self.full_size:
                 raise FrspecError(f"a map size must be an integer in [1, {self.full_size}] for this head, got {k!r}")
             k = int(k)
-            main = F.linear(hidden, self.weight_all[:k], None if self.bias_all is None else self.bias_all[:k])
+            if self.packed_all is not None:
+                main = self._first_rows(k)(hidden)
+            else:
+                main = F.linear(hidden, self.weight_all[:k], None if self.bias_all is None else self.bias_all[:k])
         if not self.n_ctx:
             return main
         n = self.n_ctx
@@ -254,16 +259,39 @@ class RankedVocab(DraftVocab):
         self._activate()
 
     def quantize_head(self, quantize) -> bool:
-        """Refused: a packed (int4/int8) head has one row count, while a ranked head's changes per step."""
-        raise FrspecError("a quantized draft head has one fixed map size: give a map size (not auto)")
+        """Quantize the whole ranked matrix once (`quantize`: nn.Linear -> a weight-only int4/int8 layer,
+        models/quant.py); every size k is then the packed layer's `first_rows(k)`, views of the one packed weight,
+        and the float copy is dropped. True when it did. Refused with context rows (they copy float rows per
+        request) and where the layout cannot be cut to its first rows (CUDA's int4)."""
+        if self.packed_all is not None:
+            return False
+        if self.extra_rows:
+            raise FrspecError("a quantized ranked head takes no context rows (they copy float rows per request)")
+        linear = nn.Linear(self.weight_all.shape[1], self.full_size, bias=self.bias_all is not None,
+                           device="meta")
+        linear.weight = nn.Parameter(self.weight_all, requires_grad=False)
+        if self.bias_all is not None:
+            linear.bias = nn.Parameter(self.bias_all, requires_grad=False)
+        packed = quantize(linear)
+        if not hasattr(packed, "first_rows"):
+            raise FrspecError(f"a ranked head cannot be served by a {type(packed).__name__}: it needs its first rows")
+        packed.first_rows(self.full_size)  # a layout that cannot be cut refuses here, in one line
+        self.packed_all = packed
+        self.weight_all = None  # one copy of the head: the packed one
+        self.bias_all = None
+        self._activate()
+        return True
 
     def _activate(self) -> None:
         """Point the head, target ids and rows at the first k rows (views: nothing is copied)."""
         k = self._k
-        self.head.weight = nn.Parameter(self.weight_all[:k], requires_grad=False)
-        if self.bias_all is not None:
-            self.head.bias = nn.Parameter(self.bias_all[:k], requires_grad=False)
-        self.head.out_features = k
+        if self.packed_all is not None:
+            self.head = self._first_rows(k)
+        else:
+            self.head.weight = nn.Parameter(self.weight_all[:k], requires_grad=False)
+            if self.bias_all is not None:
+                self.head.bias = nn.Parameter(self.bias_all[:k], requires_grad=False)
+            self.head.out_features = k
         self.target_ids = self.target_ids_all[:k]
         self.rows = self.rows_all[:k]
         if self.n_ctx:
@@ -271,8 +299,16 @@ class RankedVocab(DraftVocab):
             self.target_ids = torch.cat([self.target_ids, self.ctx_ids[:n]])
             self.rows = torch.cat([self.rows, self.rows_all[self.ctx_ranks[:n].to(self.rows_all.device)]])
 
+    def _first_rows(self, k: int) -> nn.Module:
+        """The packed head's first k rows, kept per k (a handful of sizes: each keeps only its small scale table)."""
+        layer = self._packed_rows.get(k)
+        if layer is None:
+            layer = self._packed_rows[k] = self.packed_all.first_rows(k)
+        return layer
+
     def _apply(self, fn, recurse=True):
         # `.to()`/`.half()` convert parameters and buffers one by one; the views must point into the new matrix.
+        self._packed_rows.clear()
         super()._apply(fn, recurse)
         self._activate()
         return self
