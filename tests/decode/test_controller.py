@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from frspec.decode.controller import ControllerSettings, choose, expected_tokens, new_request, observe
+from frspec.decode.controller import ControllerSettings, Plan, choose, expected_tokens, new_request, observe
 from frspec.decode.step_costs import StepCosts
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
@@ -205,3 +205,29 @@ def test_expected_counts_replace_the_accept_reject_outcomes_when_given():
     assert (expectations.agreed[0], expectations.tried[0]) == (0.6, 0.9)
     assert expectations.agreed[1:] == [0.0] * (plan.depth - 1) == expectations.tried[1:]
     assert expectations.agreement(0) > flips.agreement(0)
+
+
+def test_the_upper_bound_is_binomial_over_outcomes_and_closes_in_sooner_over_expected_counts():
+    """The bound's spread is the observed one: exactly alpha (1 - alpha) over accept/reject outcomes (greedy is
+    unchanged), smaller over sampled steps' expected counts, which then stop drafting on a steadily low acceptance
+    sooner than coin flips with the same mean do."""
+    dear_draft = costs(lambda n: 0.3 + 0.01 * n, base=0.17)
+    settings = ControllerSettings(SIZES)
+    flips, expectations = new_request(settings), new_request(settings)
+    first_plain = {}
+    for step in range(30):
+        for name, state in (("flips", flips), ("expectations", expectations)):
+            if choose(state, dear_draft).depth == 0:
+                first_plain.setdefault(name, step)
+            plan = Plan(2, SIZES[-1])  # observe the same two-draft step every time: only the evidence differs
+        accepted = 1 if step % 5 in (0, 2) else 0  # the first position accepted 2 times in 5: mean 0.4
+        observe(flips, plan, accepted, [0] * (accepted + 1))
+        observe(expectations, plan, 0, [0], expected=[(0.4, 1.0)])
+        for i in range(len(flips.tried)):
+            alpha = flips.agreement(i)
+            assert flips.agreement_spread(i) == pytest.approx(alpha * (1 - alpha), abs=1e-12)
+    alpha = expectations.agreement(0)
+    assert alpha == pytest.approx(flips.agreement(0), abs=0.05)
+    assert expectations.agreement_spread(0) < 0.5 * alpha * (1 - alpha)
+    assert expectations.agreement_upper_bound(0) < flips.agreement_upper_bound(0)
+    assert first_plain["expectations"] < first_plain["flips"]

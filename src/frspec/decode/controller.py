@@ -30,7 +30,11 @@ A draft costs little to try and its outcome is the only evidence of acceptance, 
 the point estimate: it is chosen only when drafting loses even at each position's upper confidence bound
 (`UPPER_BOUND_SDS` standard deviations above the estimate, over the evidence it rests on). After one early
 rejection (one draft against `PRIOR_DRAFTS` of prior) the bound is still high and drafting goes on; after many, the
-bound has closed in on a low acceptance and plain decoding is chosen. Drafting where the point estimate says it
+bound has closed in on a low acceptance and plain decoding is chosen. The standard deviation is that of what was
+observed (its second moment, shrunk to the prior like the estimate): for accept/reject outcomes that is exactly the
+binomial alpha (1 - alpha); sampled steps' expected counts spread less, so the bound closes in as much sooner as
+they are more informative (measured before: at temperature 1.0 a 4k-token request went on drafting 20 times on
+binomial bounds above break-even while every observed first-position acceptance was 0.08-0.57). Drafting where the point estimate says it
 pays is unchanged. (Measured on the real pair: one rejection on a code prompt's first step made the point estimate
 prefer plain decoding by 1%, and the request then decoded plainly for 43 of its 52 steps, where static drafts
 gained 20%.)
@@ -136,6 +140,7 @@ class ControllerState:
     seen: float = 0.0  # decayed emitted tokens
     agreed: list[float] = field(default_factory=list)  # per position: decayed drafts that matched
     tried: list[float] = field(default_factory=list)  # per position: decayed drafts whose rows held the token
+    squared: list[float] = field(default_factory=list)  # per position: decayed agreed^2 / tried, for the spread
     plain_steps: int = 0  # consecutive plain steps
     next_probe: int = PROBE_EVERY
     rng: random.Random = field(default_factory=lambda: random.Random(0))
@@ -154,12 +159,23 @@ class ControllerState:
             return pooled
         return (self.agreed[position] + PRIOR_DRAFTS * pooled) / (self.tried[position] + PRIOR_DRAFTS)
 
+    def agreement_spread(self, position: int) -> float:
+        """The variance of one draft's agreement at this position: the observed second moment, shrunk towards the
+        pooled one and that towards the prior's (coin flips at PRIOR_ACCEPTANCE), minus alpha_i^2. Over accept/reject
+        outcomes (x^2 = x) this is exactly the binomial alpha_i (1 - alpha_i); expected counts spread less."""
+        alpha = self.agreement(position)
+        pooled = (sum(self.squared) + PRIOR_DRAFTS * PRIOR_ACCEPTANCE) / (sum(self.tried) + PRIOR_DRAFTS)
+        second = pooled
+        if position < len(self.tried):
+            second = (self.squared[position] + PRIOR_DRAFTS * pooled) / (self.tried[position] + PRIOR_DRAFTS)
+        return max(second - alpha * alpha, 0.0)
+
     def agreement_upper_bound(self, position: int) -> float:
-        """alpha_i plus UPPER_BOUND_SDS binomial standard deviations over the (decayed) drafts it rests on, prior
-        included: wide after a few drafts, narrow after many."""
+        """alpha_i plus UPPER_BOUND_SDS standard deviations of its estimate over the (decayed) drafts it rests on,
+        prior included: wide after a few drafts, narrow after many."""
         alpha = self.agreement(position)
         tried = (self.tried[position] if position < len(self.tried) else sum(self.tried)) + PRIOR_DRAFTS
-        return min(1.0, alpha + UPPER_BOUND_SDS * math.sqrt(alpha * (1.0 - alpha) / tried))
+        return min(1.0, alpha + UPPER_BOUND_SDS * math.sqrt(self.agreement_spread(position) / tried))
 
 
 def new_request(settings: ControllerSettings, coverage_prior: dict[int, float] | None = None,
@@ -290,10 +306,13 @@ def observe(state: ControllerState, plan: Plan, accepted: int, token_ranks: Sequ
         grow = plan.depth - len(state.tried)
         state.tried.extend([0.0] * grow)
         state.agreed.extend([0.0] * grow)
+        state.squared.extend([0.0] * grow)
     counts = _outcomes(plan, accepted, ranks) if expected is None else list(expected[:plan.depth])
     for i, (agreed, tried) in enumerate(counts):
         state.agreed[i] = state.agreed[i] * DRAFT_DECAY + agreed
         state.tried[i] = state.tried[i] * DRAFT_DECAY + tried
+        # One draft's agreement is agreed / tried, weighing `tried`: its square, weighed alike.
+        state.squared[i] = state.squared[i] * DRAFT_DECAY + (agreed * agreed / tried if tried > 0 else 0.0)
 
 
 def _outcomes(plan: Plan, accepted: int, ranks: list[int] | None) -> list[tuple[float, float]]:
