@@ -165,7 +165,8 @@ def test_speculative_output_equals_the_quantized_targets_own(quant, tie):
     target = quantize_model(_tiny_target(tie), quant)
     draft = quantize_model(noisy_copy(_tiny_target(tie), 0.05, seed=1), quant, head=False)
     gen = torch.Generator().manual_seed(5)
-    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (3, 7, 12)]
+    # The last prompt is prefilled by the float GEMM over dequantized weights (quant_kernels.DEQUANT_ROWS).
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (3, 7, 12, K.DEQUANT_ROWS + 20)]
     refs = [hf_greedy(target, p, 16) for p in prompts]
     vanilla = build_generator(target)
     keep = torch.randperm(256, generator=gen)[:128].tolist()
@@ -224,3 +225,27 @@ def test_first_rows_refuses_a_layout_it_cannot_cut_in_one_line(monkeypatch):
     monkeypatch.setattr(K, "cpu_int4_row_block", lambda: None)
     with pytest.raises(FrspecError, match="cannot be cut to its first rows"):
         layer.first_rows(64)
+
+
+@pytest.mark.parametrize("rows, in_features", [(64, 32), (176, 96), (16, 64), (320, 256)])
+def test_unpacking_the_cpu_int4_layout_gives_back_the_codes(rows, in_features):
+    codes = torch.randint(0, 16, (rows, in_features), generator=torch.Generator().manual_seed(rows), dtype=torch.int32)
+    assert torch.equal(K.unpack_int4_cpu(K.pack_int4_cpu(codes), in_features), codes.to(torch.uint8))
+
+
+@pytest.mark.parametrize("quant", ["int4", "int8"])
+def test_a_prefill_runs_the_float_gemm_over_the_dequantized_weight(quant, monkeypatch):
+    """From DEQUANT_ROWS rows on, the layer dequantizes its weight and multiplies in float (the weight-only kernels
+    slow down with rows); fewer rows run the kernel. Both compute the same product of the same weight."""
+    lin = _linear(40, 64, dtype=torch.float32)  # 40 rows: padded to the int4 kernel's 48
+    layer = quantize_linear(lin, quant)
+    weight = (quantize_int4(lin.weight) if quant == "int4" else quantize_int8(lin.weight)).dequantize()
+    calls = []
+    kernel = "int4_mm" if quant == "int4" else "int8_mm"
+    real = getattr(K, kernel)
+    monkeypatch.setattr(K, kernel, lambda *a: calls.append(1) or real(*a))
+    for rows in (1, K.DEQUANT_ROWS - 1, K.DEQUANT_ROWS, 2 * K.DEQUANT_ROWS):
+        x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(rows))
+        calls.clear()
+        torch.testing.assert_close(layer(x), nn.functional.linear(x, weight, lin.bias), rtol=1e-4, atol=1e-4)
+        assert bool(calls) == (rows < K.DEQUANT_ROWS)

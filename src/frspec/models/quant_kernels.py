@@ -89,6 +89,62 @@ def pack_int4_cpu(codes: torch.Tensor) -> torch.Tensor:
     return torch._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
 
 
+# From this many rows on (a prompt's prefill), a quantized matmul dequantizes its weight and runs the float GEMM:
+# the weight-only kernels are built for a few rows and scale with them (int4 at 4,096 rows: 647 ms against bf16's
+# 75 ms for an 8960 x 1536 weight on the 2-core Xeon), while dequantizing costs about as much as a few hundred rows
+# of the kernel (docs/quantization.md, "prefill").
+DEQUANT_ROWS = 256
+
+
+def nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """Each byte of a uint8 tensor as its two 4-bit halves, low then high, along a new last dim."""
+    return torch.stack([packed & 15, packed >> 4], dim=-1)
+
+
+@cache
+def _cpu_int4_gather(rows: int, in_features: int) -> torch.Tensor:
+    """For a [rows, in_features] weight packed by pack_int4_cpu: for each code, in row-major order, the position of
+    its nibble among the packing's nibbles (`nibbles` order). Found by packing the row and column numbers
+    themselves, 4 bits at a time, since the layout is the build's, not a documented one."""
+    n = torch.arange(rows, dtype=torch.int32)[:, None].expand(rows, in_features)
+    k = torch.arange(in_features, dtype=torch.int32)[None, :].expand(rows, in_features)
+    source = torch.zeros(rows * in_features, dtype=torch.long)  # nibble i holds the code at flat position source[i]
+    for index, scale in ((n, in_features), (k, 1)):
+        for shift in range(0, max(int(index.max()).bit_length(), 1), 4):
+            part = nibbles(pack_int4_cpu(((index >> shift) & 15).contiguous())).flatten().to(torch.long)
+            source += (part << shift) * scale
+    return torch.argsort(source)
+
+
+def unpack_int4_cpu(packed: torch.Tensor, in_features: int) -> torch.Tensor:
+    """The int4 codes [N, in_features] (uint8, 0..15) a pack_int4_cpu packing holds (N: its rows, padding
+    included): its blocks of cpu_int4_row_block rows, then a last, shorter one, each gathered by the positions
+    `_cpu_int4_gather` found for its size."""
+    block = cpu_int4_row_block()
+    if block is None:
+        raise RuntimeError("the CPU int4 layout has no row block: it cannot be unpacked")
+    rows = int(packed.shape[0])
+    full = rows // block * block
+    parts = []
+    for start, end in ((0, full), (full, rows)):
+        if end > start:
+            size = min(block, end - start)
+            order = _cpu_int4_gather(size, in_features).to(packed.device)
+            flat = nibbles(packed[start:end]).reshape(-1, size * in_features)
+            parts.append(flat.index_select(1, order).view(end - start, in_features))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def dequantize_int4_cpu(packed: torch.Tensor, group_size: int, sz: torch.Tensor, dtype: torch.dtype
+                        ) -> torch.Tensor:
+    """The float weight [N, K] a CPU int4 packing and its [K / g, N, 2] (scale, zero) table stand for, computed as
+    the kernel does: (code - 8) * scale + zero per group."""
+    k = int(sz.shape[0]) * group_size
+    codes = unpack_int4_cpu(packed, k).float().view(packed.shape[0], -1, group_size)
+    scale, zero = sz[..., 0].t().float(), sz[..., 1].t().float()
+    return ((codes - 8) * scale[..., None] + zero[..., None]).view(packed.shape[0], k).to(dtype)
+
+
 @cache
 def cpu_int4_row_block() -> int | None:
     """Rows per block of the CPU int4 layout, or None when no block size works: for k a multiple of it, the first k
