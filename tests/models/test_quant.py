@@ -165,8 +165,8 @@ def test_speculative_output_equals_the_quantized_targets_own(quant, tie):
     target = quantize_model(_tiny_target(tie), quant)
     draft = quantize_model(noisy_copy(_tiny_target(tie), 0.05, seed=1), quant, head=False)
     gen = torch.Generator().manual_seed(5)
-    # The last prompt is prefilled by the float GEMM over dequantized weights (quant_kernels.DEQUANT_ROWS).
-    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (3, 7, 12, K.DEQUANT_ROWS + 20)]
+    # The last prompt is prefilled by the float GEMM over dequantized weights (quant_kernels.*_DEQUANT_ROWS).
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (3, 7, 12, K.INT4_DEQUANT_ROWS + 20)]
     refs = [hf_greedy(target, p, 16) for p in prompts]
     vanilla = build_generator(target)
     keep = torch.randperm(256, generator=gen)[:128].tolist()
@@ -235,7 +235,7 @@ def test_unpacking_the_cpu_int4_layout_gives_back_the_codes(rows, in_features):
 
 @pytest.mark.parametrize("quant", ["int4", "int8"])
 def test_a_prefill_runs_the_float_gemm_over_the_dequantized_weight(quant, monkeypatch):
-    """From DEQUANT_ROWS rows on, the layer dequantizes its weight and multiplies in float (the weight-only kernels
+    """From *_DEQUANT_ROWS rows on, the layer dequantizes its weight and multiplies in float (the weight-only kernels
     slow down with rows); fewer rows run the kernel. Both compute the same product of the same weight."""
     lin = _linear(40, 64, dtype=torch.float32)  # 40 rows: padded to the int4 kernel's 48
     layer = quantize_linear(lin, quant)
@@ -244,8 +244,9 @@ def test_a_prefill_runs_the_float_gemm_over_the_dequantized_weight(quant, monkey
     kernel = "int4_mm" if quant == "int4" else "int8_mm"
     real = getattr(K, kernel)
     monkeypatch.setattr(K, kernel, lambda *a: calls.append(1) or real(*a))
-    for rows in (1, K.DEQUANT_ROWS - 1, K.DEQUANT_ROWS, 2 * K.DEQUANT_ROWS):
+    threshold = K.INT4_DEQUANT_ROWS if quant == "int4" else K.INT8_DEQUANT_ROWS
+    for rows in (1, threshold - 1, threshold, 2 * threshold):
         x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(rows))
         calls.clear()
         torch.testing.assert_close(layer(x), nn.functional.linear(x, weight, lin.bias), rtol=1e-4, atol=1e-4)
-        assert bool(calls) == (rows < K.DEQUANT_ROWS)
+        assert bool(calls) == (rows < threshold)

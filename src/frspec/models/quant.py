@@ -8,9 +8,9 @@ minimum, w = code * scale + minimum with codes 0..15. That is exactly a GGUF Q4_
 -dmin*m), so GGUF weights convert without re-rounding (models/gguf_quant.py). int8 is per output channel and
 symmetric, w = value * scale with values -127..127.
 
-Activations stay in the model's float dtype; only the weights are quantized. From `quant_kernels.DEQUANT_ROWS` rows
-on (a prompt's prefill) a layer dequantizes its weight for the call and runs the float GEMM, since the weight-only
-kernels slow down with rows. Speculative decoding stays lossless relative to the quantized target: vanilla and
+Activations stay in the model's float dtype; only the weights are quantized. From `quant_kernels.INT4_DEQUANT_ROWS`
+(`INT8_DEQUANT_ROWS`) rows on, a prompt's prefill, a layer dequantizes its weight for the call and runs the float
+GEMM, since the weight-only kernels slow down with rows. Speculative decoding stays lossless relative to the quantized target: vanilla and
 speculative decoding prefill the same prompt alike, and every decode forward (one row, or a draft's few rows to
 verify) runs the kernel, so greedy output with a draft equals the quantized target's own greedy output.
 """
@@ -116,8 +116,8 @@ class Int4Linear(nn.Module):
         if self.kernel == K.DEQUANT:
             return nn.functional.linear(x, self.dequantized, self.bias)
         x2d = x.reshape(-1, self.in_features).contiguous()
-        if self.kernel == K.CPU_INT4 and x2d.shape[0] >= K.DEQUANT_ROWS:
-            # A prefill: the float GEMM over the weight dequantized for this call (quant_kernels.DEQUANT_ROWS).
+        if self.kernel == K.CPU_INT4 and x2d.shape[0] >= K.INT4_DEQUANT_ROWS:
+            # A prefill: the float GEMM over the weight dequantized for this call (quant_kernels.INT4_DEQUANT_ROWS).
             weight = K.dequantize_int4_cpu(self.packed, self.group_size, self.scales_and_zeros, x2d.dtype)
             y = nn.functional.linear(x2d, weight)
         else:
@@ -166,8 +166,8 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", K.aligned(weight.scale.to(device, dtype)), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel == K.DEQUANT or x.numel() >= K.DEQUANT_ROWS * self.in_features:
-            # No weight-only int8 kernel on this device, or a prefill (quant_kernels.DEQUANT_ROWS): dequantize per
+        if self.kernel == K.DEQUANT or x.numel() >= K.INT8_DEQUANT_ROWS * self.in_features:
+            # No weight-only int8 kernel on this device, or a prefill (quant_kernels.INT8_DEQUANT_ROWS): dequantize per
             # call (saves memory, not time).
             y = nn.functional.linear(x, self.values.to(x.dtype)) * self.scale
         else:

@@ -90,10 +90,12 @@ def pack_int4_cpu(codes: torch.Tensor) -> torch.Tensor:
 
 
 # From this many rows on (a prompt's prefill), a quantized matmul dequantizes its weight and runs the float GEMM:
-# the weight-only kernels are built for a few rows and scale with them (int4 at 4,096 rows: 647 ms against bf16's
-# 75 ms for an 8960 x 1536 weight on the 2-core Xeon), while dequantizing costs about as much as a few hundred rows
-# of the kernel (docs/quantization.md, "prefill").
-DEQUANT_ROWS = 256
+# the weight-only kernels are built for a few rows and their cost grows with them, while dequantizing costs a fixed
+# ~85 ms (int4: unpacking the packing) or ~4 ms (int8: a cast) per 8960 x 1536 weight. Measured on the 2-core Xeon,
+# bf16, 2 threads (docs/quantization.md, "Prefill"): the int4 kernel against the dequantized GEMM 76 / 93 ms at 512
+# rows, 155 / 97 at 1,024; int8 20 / 4 ms at 128 rows. Both thresholds stay above the rows a decode step verifies.
+INT4_DEQUANT_ROWS = 768
+INT8_DEQUANT_ROWS = 128
 
 
 def nibbles(packed: torch.Tensor) -> torch.Tensor:
