@@ -34,10 +34,10 @@ bound has closed in on a low acceptance and plain decoding is chosen. The standa
 observed (its second moment, shrunk to the prior like the estimate): for accept/reject outcomes that is exactly the
 binomial alpha (1 - alpha); sampled steps' expected counts spread less, so the bound closes in as much sooner as
 they are more informative (measured before: at temperature 1.0 a 4k-token request went on drafting 20 times on
-binomial bounds above break-even while every observed first-position acceptance was 0.08-0.57). Drafting where the point estimate says it
-pays is unchanged. (Measured on the real pair: one rejection on a code prompt's first step made the point estimate
-prefer plain decoding by 1%, and the request then decoded plainly for 43 of its 52 steps, where static drafts
-gained 20%.)
+binomial bounds above break-even while every observed first-position acceptance was 0.08-0.57). Drafting where the
+point estimate says it pays is unchanged. (Measured on the real pair: one rejection on a code prompt's first step
+made the point estimate prefer plain decoding by 1%, and the request then decoded plainly for 43 of its 52 steps,
+where static drafts gained 20%.)
 
 Plain decoding observes no agreement, so when it was chosen only because acceptance looked low (speculation could
 pay at a higher one), a short probe step drafts again every `probe_every` plain steps, at seeded jittered intervals:

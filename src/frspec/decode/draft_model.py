@@ -55,8 +55,8 @@ class DraftModelDrafter(Drafter):
         (`context_budget="fixed"`) or added to them ("additive"). `ranked`: the map is a frequency ranking and
         the head serves every map size, chosen per step (vocab/ranked_vocab.py). `head_quant` ("int4", "int8")
         quantizes the vocabulary's head once its rows are selected (a context-aware one stays float: its rows change
-        per request; a ranked one is packed once, whole, every size its first rows); load a quantized draft with its head
-        float (load_model(..., quantize_head=False)) for that."""
+        per request; a ranked one is packed once, whole, every size its first rows); load a quantized draft with its
+        head float (load_model(..., quantize_head=False)) for that."""
         super().__init__()
         _check_plain_logits(model)
         if is_hybrid(model):

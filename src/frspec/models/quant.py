@@ -10,9 +10,9 @@ symmetric, w = value * scale with values -127..127.
 
 Activations stay in the model's float dtype; only the weights are quantized. From `quant_kernels.INT4_DEQUANT_ROWS`
 (`INT8_DEQUANT_ROWS`) rows on, a prompt's prefill, a layer dequantizes its weight for the call and runs the float
-GEMM, since the weight-only kernels slow down with rows. Speculative decoding stays lossless relative to the quantized target: vanilla and
-speculative decoding prefill the same prompt alike, and every decode forward (one row, or a draft's few rows to
-verify) runs the kernel, so greedy output with a draft equals the quantized target's own greedy output.
+GEMM, since the weight-only kernels slow down with rows. Speculative decoding stays lossless relative to the
+quantized target: vanilla and speculative decoding prefill the same prompt alike, and every decode forward (one row,
+or a draft's few rows to verify) runs the kernel, so greedy output with a draft equals the quantized target's own.
 """
 
 from __future__ import annotations
@@ -167,8 +167,8 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel == K.DEQUANT or x.numel() >= K.INT8_DEQUANT_ROWS * self.in_features:
-            # No weight-only int8 kernel on this device, or a prefill (quant_kernels.INT8_DEQUANT_ROWS): dequantize per
-            # call (saves memory, not time).
+            # No weight-only int8 kernel on this device, or a prefill (quant_kernels.INT8_DEQUANT_ROWS): dequantize
+            # per call.
             y = nn.functional.linear(x, self.values.to(x.dtype)) * self.scale
         else:
             x2d = x.reshape(-1, self.in_features).contiguous()
