@@ -118,8 +118,7 @@ class Int4Linear(nn.Module):
         x2d = x.reshape(-1, self.in_features).contiguous()
         if self.kernel == K.CPU_INT4 and x2d.shape[0] >= K.INT4_DEQUANT_ROWS:
             # A prefill: the float GEMM over the weight dequantized for this call (quant_kernels.INT4_DEQUANT_ROWS).
-            weight = K.dequantize_int4_cpu(self.packed, self.group_size, self.scales_and_zeros, x2d.dtype)
-            y = nn.functional.linear(x2d, weight)
+            y = nn.functional.linear(x2d, self._unpacked().dequantize().to(x2d.dtype))
         else:
             y = K.int4_mm(self.kernel, x2d, self.packed, self.group_size, self.scales_and_zeros)
         if y.shape[-1] != self.out_features:
@@ -127,6 +126,12 @@ class Int4Linear(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
+
+    def _unpacked(self) -> Int4Weight:
+        """The weight the CPU packing holds (padding rows included), back as codes, scale and minimum: the kernels'
+        zero is minimum + 8 * scale (quant_kernels.scales_and_zeros)."""
+        scale, zero = self.scales_and_zeros[..., 0].t().float(), self.scales_and_zeros[..., 1].t().float()
+        return Int4Weight(K.unpack_int4_cpu(self.packed, self.in_features), scale, zero - 8 * scale, self.group_size)
 
     def first_rows(self, k: int) -> Int4Linear:
         """A layer computing this one's first k outputs from the same packed weight: a view of its codes, nothing

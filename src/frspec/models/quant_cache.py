@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from frspec.errors import FrspecError
 from frspec.models.cache import FORMAT, MARKER, _make_readable, _replace_dir, cache_root, is_valid_entry, read_marker
 from frspec.models.cache import sha256_file
+from frspec.models import quant_kernels as K
 from frspec.models.quant import Int4Weight, Int8Weight
 
 WEIGHTS = "quantized.safetensors"
@@ -65,7 +66,7 @@ def from_tensors(tensors: dict[str, torch.Tensor], group_size: int) -> dict[str,
     for key, t in tensors.items():
         name, _, field = key.rpartition(".")
         if field == "int4_codes":
-            codes = torch.stack([t & 0x0F, t >> 4], dim=-1).reshape(t.shape[0], -1)
+            codes = K.nibbles(t).reshape(t.shape[0], -1)
             weights[name] = Int4Weight(codes, tensors[f"{name}.int4_scale"], tensors[f"{name}.int4_minimum"],
                                        group_size)
         elif field == "int8_values":

@@ -137,16 +137,6 @@ def unpack_int4_cpu(packed: torch.Tensor, in_features: int) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def dequantize_int4_cpu(packed: torch.Tensor, group_size: int, sz: torch.Tensor, dtype: torch.dtype
-                        ) -> torch.Tensor:
-    """The float weight [N, K] a CPU int4 packing and its [K / g, N, 2] (scale, zero) table stand for, computed as
-    the kernel does: (code - 8) * scale + zero per group."""
-    k = int(sz.shape[0]) * group_size
-    codes = unpack_int4_cpu(packed, k).float().view(packed.shape[0], -1, group_size)
-    scale, zero = sz[..., 0].t().float(), sz[..., 1].t().float()
-    return ((codes - 8) * scale[..., None] + zero[..., None]).view(packed.shape[0], k).to(dtype)
-
-
 @cache
 def cpu_int4_row_block() -> int | None:
     """Rows per block of the CPU int4 layout, or None when no block size works: for k a multiple of it, the first k
