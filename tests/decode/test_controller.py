@@ -11,7 +11,8 @@ import random
 
 import pytest
 
-from frspec.decode.controller import ControllerSettings, Plan, choose, expected_tokens, new_request, observe
+from frspec.decode.controller import (EXPLORE_LOSS, ControllerSettings, Plan, choose, expected_tokens, new_request,
+                                      observe, rates)
 from frspec.decode.step_costs import StepCosts
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
@@ -190,6 +191,40 @@ def test_one_early_rejection_does_not_stop_drafting_but_steady_rejections_do():
     assert sum(p.depth == 0 for p in plans[100:]) >= 0.8 * len(plans[100:])
     good, _ = simulate(settings, dear_draft, in_top(100), agree=0.8)
     assert all(p.depth >= 1 for p in good[20:])
+
+
+def _rejected_after(good: int, rejected: int) -> "ControllerState":
+    """A request whose first `good` chains of 3 were accepted whole, then `rejected` were rejected at once."""
+    state = new_request(ControllerSettings(SIZES))
+    for _ in range(good):
+        observe(state, Plan(3, SIZES[-1]), 3, [0] * 4)
+    for _ in range(rejected):
+        observe(state, Plan(3, SIZES[-1]), 0, [0])
+    return state
+
+
+def test_drafting_on_the_bound_alone_tries_the_draft_that_loses_least_at_the_estimate():
+    # Rows cost more than they do on a GPU but less than linearly: a chain of 1 costs 1.9 plain steps, of 3 3.2.
+    thin = StepCosts({n: 0.1 * t for n, t in enumerate((1.0, 1.5, 1.75, 2.0, 2.3, 2.6, 2.9, 3.2), 1)}, {1: 0.04},
+                     {k: {1: 2e-8 * k} for k in SIZES}, full_size=SIZES[-1])
+    state = _rejected_after(good=3, rejected=1)
+    estimate, bound = rates(state, thin), rates(state, thin, acceptance="upper")
+    plain = estimate[(0, SIZES[-1])]
+    assert max(estimate, key=estimate.get)[0] == 0  # the estimate says plain decoding
+    best_bound = max(bound, key=bound.get)
+    assert best_bound[0] == 4  # the bound's favourite: a chain of 4
+    plan = choose(state, thin)
+    assert 1 <= plan.depth < 4 and not plan.probe
+    # ... the draft chosen is the one that loses least at the estimate, and it loses under EXPLORE_LOSS.
+    assert estimate[(plan.depth, plan.size)] == max(v for (d, _), v in estimate.items() if d > 0)
+    assert estimate[best_bound] < estimate[(plan.depth, plan.size)]
+    assert estimate[(plan.depth, plan.size)] >= (1 - EXPLORE_LOSS) * plain
+    # One more rejection: every draft the bound still favours loses over EXPLORE_LOSS at the estimate, so it
+    # decodes plainly (a wrong try would cost 2-3 plain steps for one token) though the bound alone would draft.
+    state = _rejected_after(good=3, rejected=2)
+    bound = rates(state, thin, acceptance="upper")
+    assert max(bound, key=bound.get)[0] > 0
+    assert choose(state, thin).depth == 0
 
 
 def test_expected_counts_replace_the_accept_reject_outcomes_when_given():

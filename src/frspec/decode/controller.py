@@ -10,14 +10,14 @@ What a step shows (the verifier sees the target's token at every position it che
                the target's token was inside the rows drafted from (a token outside them is the map's miss, not
                the draft's): per position i, alpha_i = P(draft agrees | its rows held the target's token).
 
-A chain position is then accepted with probability alpha_i * c(k), and a step of depth d expects
-E(d, k) = 1 + sum_{j=1..d} prod_{i<j} alpha_i c(k) tokens for `StepCosts.step_time_s(d, k, L)` seconds
-(decode/step_costs.py, the model `frspec tune` predicts with), read at the request's current context L (prompt and
-generated tokens, in steps of `CONTEXT_STEP`): at a long context one forward reads a long KV cache for all its
-rows, so extra verified rows cost relatively less than at a short one, and the best length moves with it. The
-controller picks the (d, k) with the most tokens per second, d = 0 (1 / vanilla step) included: where a target
-forward over d + 1 rows costs d + 1 one-row forwards, no acceptance pays and it decodes plainly. Counts decay (older steps weigh less) so a request that changes language
-or domain moves its choice; priors (FR-Spec's corpus coverage when the ranking has counts, `PRIOR_ACCEPTANCE`)
+A chain position is then accepted with probability alpha_i * c(k), and a step of depth d expects E(d, k) = 1 +
+sum_{j=1..d} prod_{i<j} alpha_i c(k) tokens for `StepCosts.step_time_s(d, k, L)` seconds (decode/step_costs.py, the
+model `frspec tune` predicts with), read at the request's current context L (prompt and generated tokens, in steps of
+`CONTEXT_STEP`): at a long context one forward reads a long KV cache for all its rows, so extra verified rows cost
+relatively less than at a short one, and the best length moves with it. The controller picks the (d, k) with the most
+tokens per second, d = 0 (1 / vanilla step) included: where a target forward over d + 1 rows costs d + 1 one-row
+forwards, no acceptance pays and it decodes plainly. Counts decay (older steps weigh less) so a request that changes
+language or domain moves its choice; priors (FR-Spec's corpus coverage when the ranking has counts, `PRIOR_ACCEPTANCE`)
 stand in before anything is observed.
 
 When sampling, a step adds each reached position's probability of acceptance (and the target's probability inside
@@ -26,18 +26,20 @@ expectation, without the coin flips' noise, which at temperature 1.0 made a few 
 request to plain decoding for most of its steps (measured: 38 of 48 steps on a long-context prompt where every
 static row gained 4-30%).
 
-A draft costs little to try and its outcome is the only evidence of acceptance, so plain decoding needs more than
-the point estimate: it is chosen only when drafting loses even at each position's upper confidence bound
-(`UPPER_BOUND_SDS` standard deviations above the estimate, over the evidence it rests on). After one early
-rejection (one draft against `PRIOR_DRAFTS` of prior) the bound is still high and drafting goes on; after many, the
-bound has closed in on a low acceptance and plain decoding is chosen. The standard deviation is that of what was
-observed (its second moment, shrunk to the prior like the estimate): for accept/reject outcomes that is exactly the
-binomial alpha (1 - alpha); sampled steps' expected counts spread less, so the bound closes in as much sooner as
-they are more informative (measured before: at temperature 1.0 a 4k-token request went on drafting 20 times on
-binomial bounds above break-even while every observed first-position acceptance was 0.08-0.57). Drafting where the
-point estimate says it pays is unchanged. (Measured on the real pair: one rejection on a code prompt's first step
-made the point estimate prefer plain decoding by 1%, and the request then decoded plainly for 43 of its 52 steps,
-where static drafts gained 20%.)
+A draft costs little to try and its outcome is the only evidence of acceptance, so plain decoding needs more than the
+point estimate: it is chosen only when drafting loses even at each position's upper confidence bound (`UPPER_BOUND_SDS`
+standard deviations above the estimate, over the evidence it rests on). After one early rejection (one draft against
+`PRIOR_DRAFTS` of prior) the bound is still high and drafting goes on; after many, the bound has closed in on a low
+acceptance and plain decoding is chosen. Such a step drafts the (d, k) that loses least at the point estimate among
+those the bound says pay, usually one draft: where the margin is thin (int4 at a 4k context: 4 rows cost 2.8 one-row
+forwards), bound-driven chains of 2-3 that emitted 1-2 tokens each cost more than exploring wins (measured: eight such
+steps at 0.27-0.42 s against 0.10 s plain steps). The standard deviation is that of what was observed (its second
+moment, shrunk to the prior like the estimate): for accept/reject outcomes that is exactly the binomial alpha (1 -
+alpha); sampled steps' expected counts spread less, so the bound closes in as much sooner as they are more informative
+(measured before: at temperature 1.0 a 4k-token request went on drafting 20 times on binomial bounds above break-even
+while every observed first-position acceptance was 0.08-0.57). Drafting where the point estimate says it pays is
+unchanged. (Measured on the real pair: one rejection on a code prompt's first step made the point estimate prefer plain
+decoding by 1%, and the request then decoded plainly for 43 of its 52 steps, where static drafts gained 20%.)
 
 Plain decoding observes no agreement, so when it was chosen only because acceptance looked low (speculation could
 pay at a higher one), a short probe step drafts again every `probe_every` plain steps, at seeded jittered intervals:
@@ -70,6 +72,9 @@ DRAFT_DECAY = 1.0 - 1.0 / 60
 PROBE_EVERY = 16
 # Plain decoding only when drafting loses even at acceptance this many standard deviations above its estimate.
 UPPER_BOUND_SDS = 1.0
+# ... and only while the estimate says that draft loses at most this share of plain decoding's rate: a draft that
+# loses more is no cheap try (int4 at a 4k context: a chain of 3 costs 2.8 plain steps and emitted 1-2 tokens).
+EXPLORE_LOSS = 0.10
 # Chain lengths an automatic length chooses among (0: plain decoding); tune's CHAIN_LENGTHS go to 5.
 AUTO_DEPTHS = (0, 1, 2, 3, 4, 5, 6)
 # Map sizes an automatic size chooses among, besides the ranking's own length and the whole head.
@@ -267,10 +272,15 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
     depth, k = _best(options)
     if depth > 0 or s.max_depth == 0 or (remaining is not None and remaining <= 1):
         return _record(state, Plan(depth, k))
-    # Plain decoding wins on the estimate: draft anyway while acceptance's upper bound says drafting pays.
+    # Plain decoding wins on the estimate: draft anyway while acceptance's upper bound says drafting pays, but
+    # explore with the draft that, among those the bound says pay, loses least at the estimate (usually the
+    # shortest): a wrong guess then costs one cheap draft, not a long chain's extra rows.
     bounded = rates(state, costs, remaining, acceptance="upper", context=context)
-    depth, k = _best(bounded)
-    if depth > 0:
+    plain = bounded[(0, s.sizes[-1])]
+    paying = {dk: options[dk] for dk, rate in bounded.items()
+              if dk[0] > 0 and rate > plain and options[dk] >= (1.0 - EXPLORE_LOSS) * plain}
+    if paying:
+        depth, k = _best(paying)
         state.plain_steps = 0
         return _record(state, Plan(depth, k))
     # Plain decoding: probe now and then if only the acceptance estimate, not the machine, rules speculation out.
