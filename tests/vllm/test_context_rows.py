@@ -8,7 +8,8 @@ import os
 import pytest
 import torch
 from vllm import SamplingParams
-from tests.vllm.vllm_tiny import MAP_IDS, VOCAB, Recorder, frspec_head, hf_greedy, start_llm, stop_llm
+from tests.vllm.vllm_tiny import (MAP_IDS, Recorder, assert_handed_as_drafted, frspec_head, hf_greedy,
+                                  outside_rows, start_llm, stop_llm)
 
 NEW_TOKENS = 20
 TEMPERATURE = 0.8
@@ -101,8 +102,7 @@ def test_rejection_sampler_gets_distributions_zero_outside_the_active_rows(runs)
     assert run["sampled"] and run["rejection"] and len(run["active"]) == len(run["sampled"])
     drafted = {}
     for (hidden, probs), active in zip(run["sampled"], run["active"]):
-        outside = torch.ones(VOCAB, dtype=torch.bool)
-        outside[active] = False
+        outside = outside_rows(active)
         assert bool((probs[:, outside] == 0).all())
         # Independent of the plugin: the draft model's own head restricted by hand to the rows active then.
         expected = torch.zeros_like(probs)
@@ -110,9 +110,4 @@ def test_rejection_sampler_gets_distributions_zero_outside_the_active_rows(runs)
         torch.testing.assert_close(probs, expected, rtol=1e-5, atol=1e-7)
         drafted.update({row.numpy().tobytes(): outside for row in probs})
     assert any(not set(a.tolist()) <= set(MAP_IDS) for a in run["active"]), "the rows went beyond the map"
-    handed = torch.cat(run["rejection"])
-    torch.testing.assert_close(handed.sum(-1), torch.ones(handed.shape[0]))
-    for row in handed:
-        outside = drafted.get(row.numpy().tobytes())
-        assert outside is not None, "each handed distribution is one the drafter produced, bit for bit"
-        assert bool((row[outside] == 0).all())
+    assert_handed_as_drafted(run["rejection"], drafted)

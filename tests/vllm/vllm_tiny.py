@@ -260,3 +260,21 @@ class Recorder:
             return forward(metadata, draft_probs, *args, **kwargs)
 
         sampler.forward = rejection_forward
+
+
+def outside_rows(active: torch.Tensor | list[int]) -> torch.Tensor:
+    """[VOCAB] True for the ids outside `active` (the target ids a draft step's head scored)."""
+    outside = torch.ones(VOCAB, dtype=torch.bool)
+    outside[torch.as_tensor(active, dtype=torch.long)] = False
+    return outside
+
+
+def assert_handed_as_drafted(handed: list[torch.Tensor], drafted: dict[bytes, torch.Tensor]) -> None:
+    """Every distribution the rejection sampler received is, bit for bit, one the drafter produced (`drafted`: its
+    rows' bytes -> the ids outside the rows active when it was drafted), zero outside those rows."""
+    rows = torch.cat(handed)
+    torch.testing.assert_close(rows.sum(-1), torch.ones(rows.shape[0]))
+    for row in rows:
+        outside = drafted.get(row.numpy().tobytes())
+        assert outside is not None, "each handed distribution is one the drafter produced, bit for bit"
+        assert bool((row[outside] == 0).all())

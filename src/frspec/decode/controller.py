@@ -117,13 +117,15 @@ class ControllerSettings:
 
 def default_map_sizes(full_size: int, ranked_size: int | None = None) -> tuple[int, ...]:
     """The sizes `auto` chooses among for a head of `full_size` rows whose first `ranked_size` are ranked:
-    AUTO_SIZES below the full size (a tiny vocabulary: its eighth, quarter and half), the ranking's length and
-    the whole head (no map)."""
-    base = [s for s in AUTO_SIZES if s < full_size]
+    AUTO_SIZES up to the ranking's length (a tiny vocabulary: its eighth, quarter and half), the ranking's length
+    and the whole head (no map). No size between the ranking's length and the whole head: the rows beyond the
+    ranking follow by id, so such a size would be a map of arbitrary ids (a 32k map file as the ranking: 32k, then
+    the whole head, no 64k)."""
+    ranked = full_size if ranked_size is None else min(int(ranked_size), full_size)
+    base = [s for s in AUTO_SIZES if s < ranked]
     if not base:
-        base = [max(1, full_size // 8), max(1, full_size // 4), max(1, full_size // 2)]
-    extra = [] if ranked_size is None else [min(int(ranked_size), full_size)]
-    return tuple(sorted({*base, *extra, int(full_size)}))
+        base = [s for s in (full_size // 8, full_size // 4, full_size // 2) if 1 <= s < ranked] or [ranked]
+    return tuple(sorted({*base, ranked, int(full_size)}))
 
 
 @dataclass

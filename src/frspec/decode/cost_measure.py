@@ -154,7 +154,7 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
     widths = sorted({1, *(draft_forward_widths(shape) if shape is not None else [])})
     # Hidden states like the drafter's own (its embeddings stay float when its head is int4/int8).
     like = next(drafter.weights.parameters())
-    head_costs = {int(k): _head_costs(vocab, int(k), widths, like) for k in sizes}
+    heads = {int(k): head_costs(vocab, int(k), widths, like) for k in sizes}
 
     base = contexts[0]
     vocab_size = int(target.config.vocab_size)
@@ -186,7 +186,7 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
         by_context = measure_row_costs_by_context(body, [1], contexts, repeats=5, warmup=2)
         draft_by_context = {c: {1: per_forward + max(by_context[c][1] - by_context[base][1], 0.0)}
                             for c in contexts}
-    return StepCosts(target_by_context[base], {1: per_forward}, head_costs,
+    return StepCosts(target_by_context[base], {1: per_forward}, heads,
                      step_overhead_s=beyond_forwards(spec), vanilla_overhead_s=beyond_forwards(plain),
                      full_size=vocab.full_size if isinstance(vocab, RankedVocab) else int(vocab.size),
                      context=base, target_by_context=target_by_context if len(contexts) > 1 else {},
@@ -213,8 +213,8 @@ def _engine_run(generator: SpeculativeGenerator, prompt: list[int], new_tokens: 
                               sampling=SamplingParams()).stats
 
 
-def _head_costs(vocab, k: int, widths: Sequence[int], like: torch.Tensor, repeats: int = 5, warmup: int = 2
-                ) -> dict[int, float]:
+def head_costs(vocab, k: int, widths: Sequence[int], like: torch.Tensor, repeats: int = 5, warmup: int = 2
+               ) -> dict[int, float]:
     """Median seconds of the drafter's head over its first k rows and picking its choices, per width; hidden states
     in `like`'s dtype and device. The head may be quantized (int4/int8 keep no float `weight`): only its input size
     is read."""

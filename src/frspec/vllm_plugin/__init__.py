@@ -9,6 +9,8 @@ pyproject.toml. It does nothing unless a token map is configured:
                                              tokens (prompts and generated), batch_context.py
     FRSPEC_CONTEXT_BUDGET=fixed|additive     the N rows displace the map's least frequent ones (fixed, default) or
                                              come on top of the map (additive)
+    FRSPEC_TOKEN_MAP_SIZE=auto               optional: the map is a ranking; its size is chosen per batch step (V1
+                                             runner, one rank: batch_map_size.py)
     FRSPEC_V1_COMPACT=1|0                    V1 runner: draft over the kept columns (1, default) or over the full
                                              -inf row every V2 speculator uses (0: measures that row's cost)
 
@@ -29,13 +31,14 @@ from __future__ import annotations
 def register() -> None:
     """vLLM's entry point: check that this vLLM has every symbol the plugin uses, then install the start-up check,
     the drafter install and the workers' confirmation (nothing without a map)."""
-    from frspec.vllm_plugin.settings import context_setting, token_map_path, v1_compact_path
+    from frspec.vllm_plugin.settings import auto_map_size, context_setting, token_map_path, v1_compact_path
 
     if token_map_path() is None:
         return  # no map: nothing of vLLM is changed, nothing is imported
-    v1_compact_path()  # a bad FRSPEC_V1_COMPACT is one line here, not inside a worker
+    v1_compact_path()  # a bad FRSPEC_V1_COMPACT or FRSPEC_TOKEN_MAP_SIZE is one line here, not inside a worker
+    auto = auto_map_size()
     from frspec.vllm_plugin import internals
-    from frspec.vllm_plugin.batch_context import hook_runner_drafting
+    from frspec.vllm_plugin.between_steps import hook_runner_drafting
     from frspec.vllm_plugin.drafter_hook import hook_model_loading
     from frspec.vllm_plugin.startup_check import hook_engine_config
     from frspec.vllm_plugin.worker_check import hook_runner_loading
@@ -44,5 +47,5 @@ def register() -> None:
     hook_engine_config()
     hook_model_loading()
     hook_runner_loading()
-    if context_setting() is not None:
+    if context_setting() is not None or auto:
         hook_runner_drafting()

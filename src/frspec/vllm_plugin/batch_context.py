@@ -50,19 +50,3 @@ class BatchContextRows:
         n = input_batch.num_reqs
         self.update(list(input_batch.req_ids[:n]), input_batch.token_ids_cpu, input_batch.num_tokens_no_spec[:n])
 
-
-def hook_runner_drafting() -> None:
-    """Update a context-aware drafter's rows before the V1 runner asks it for drafts (idempotent; runners whose
-    drafter has no `frspec_context` are unaffected). V2 runners are refused at start-up (startup_check.py)."""
-    from frspec.vllm_plugin import internals
-
-    def make(original):
-        def propose_draft_token_ids(self, *args, **kwargs):
-            rows = getattr(getattr(self, "drafter", None), "frspec_context", None)
-            if rows is not None:
-                rows.update_from(self.input_batch)
-            return original(self, *args, **kwargs)
-
-        return propose_draft_token_ids
-
-    internals.patch_method("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.propose_draft_token_ids", make)

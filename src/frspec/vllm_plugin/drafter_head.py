@@ -9,10 +9,11 @@ import torch
 from torch import nn
 
 from frspec.errors import FrspecError
-from frspec.vllm_plugin.settings import CONTEXT_ROWS_ENV, ContextSetting
+from frspec.vllm_plugin.settings import CONTEXT_ROWS_ENV, MAP_SIZE_ENV, ContextSetting
 from frspec.vllm_plugin.shard_rows import select_shard_rows
 from frspec.vocab.context_vocab import ContextVocab
 from frspec.vocab.draft_vocab import DraftVocab, kept_rows
+from frspec.vocab.ranked_vocab import RankedVocab
 from frspec.vocab.token_map import TokenMap
 
 
@@ -137,13 +138,24 @@ def build_drafter_head(
     head_to_target: torch.Tensor | None = None,
     all_gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
     context: ContextSetting | None = None,
+    ranked: bool = False,
 ) -> DrafterHead:
     """The head for one rank. `weight` [rows_of_shard, hidden] is the rank's shard (the whole head with one rank,
     padding rows included or not), `n_rows` the head's global row count, `head_to_target` [n_rows] the target id
     of each global row (EAGLE-3; None: row i is target id i). `shard_ranges`, with more than one rank: every
     rank's [start, end) global rows, and `all_gather` the tensor-parallel all-gather along the last dim.
-    `context`: a context-aware head (a ContextVocab over the map; one rank only)."""
+    `context`: a context-aware head (a ContextVocab over the map; one rank only). `ranked`: the whole head in the
+    map's order (a RankedVocab: the map ranks its ids first, the head's other rows follow), whose size the
+    batch's chooser sets between steps (batch_map_size.py; one rank only)."""
     one_rank = shard_ranges is None or len(shard_ranges) == 1
+    if ranked:
+        if not one_rank or context is not None:
+            raise FrspecError(f"a map size chosen per step ({MAP_SIZE_ENV}=auto) supports one rank and no context "
+                              "rows")
+        vocab = RankedVocab.build(weight[:n_rows], token_map, None if bias is None else bias[:n_rows],
+                                  head_to_target, vocab_size)
+        vocab.set_size(vocab.ranked_size)  # the map's own size until the chooser has measured a step
+        return DrafterHead(vocab, vocab_size, n_rows=n_rows)
     if context is not None:
         if not one_rank:
             raise FrspecError(f"context-aware drafting ({CONTEXT_ROWS_ENV}) supports one rank, not tensor "

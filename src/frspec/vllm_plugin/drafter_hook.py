@@ -18,7 +18,8 @@ from frspec.errors import FrspecError
 from frspec.vllm_plugin import internals
 from frspec.vllm_plugin.drafter_head import DrafterHead, build_drafter_head, vllm_shard_ranges
 from frspec.vllm_plugin.pruned_logits import attach_pruned_logits
-from frspec.vllm_plugin.settings import context_setting, load_configured_map, token_map_path
+from frspec.vllm_plugin.batch_map_size import BatchMapSize
+from frspec.vllm_plugin.settings import auto_map_size, context_setting, load_configured_map, token_map_path
 
 
 def head_for(model: Any, lm_head: Any, processor: Any) -> DrafterHead:
@@ -32,6 +33,7 @@ def head_for(model: Any, lm_head: Any, processor: Any) -> DrafterHead:
     if processor.scale != 1.0 or processor.soft_cap is not None or processor.logits_as_input:
         raise FrspecError("FR-Spec in vLLM does not support drafters with scaled or soft-capped logits")
     context = context_setting()
+    ranked = auto_map_size()
     config = getattr(model, "config", None)
     vocab_size = int(getattr(config, "vocab_size", processor.vocab_size))  # the target vocabulary (EAGLE-3 too)
     token_map = load_configured_map(vocab_size)
@@ -53,16 +55,17 @@ def head_for(model: Any, lm_head: Any, processor: Any) -> DrafterHead:
     head = build_drafter_head(
         weight, token_map, vocab_size, n_rows, shard_ranges=vllm_shard_ranges(lm_head), rank=lm_head.tp_rank,
         bias=None if bias is None else bias.detach(), head_to_target=head_to_target, all_gather=all_gather,
-        context=context,
+        context=context, ranked=ranked,
     )
-    # A context-aware head's rows change between steps: a prepacked copy of them would go stale, so it multiplies
-    # with torch's own matmul over the live rows.
-    head.matmul = None if context is not None else vllm_gemm(head.vocab.head)
+    # A context-aware or ranked head's rows change between steps: a prepacked copy of them would go stale (and a
+    # ranked head would need one per size), so it multiplies with torch's own matmul over the live rows.
+    head.matmul = None if context is not None or ranked else vllm_gemm(head.vocab.head)
     internals.get("vllm.logger", "init_logger")("vllm.frspec").info(
-        "FR-Spec: %s scores %d of %d target ids (this rank: %d LM-head rows) from %s%s", type(model).__name__,
+        "FR-Spec: %s scores %d of %d target ids (this rank: %d LM-head rows) from %s%s%s", type(model).__name__,
         head.size, head.vocab_size, head.vocab.size, token_map_path(),
         "" if context is None else f", context-aware: {context.extra_rows} rows for the batch's tokens "
-        f"({context.budget} budget)")
+        f"({context.budget} budget)", "" if not ranked else f", ranked: the map size chosen per batch step among "
+        f"{list(BatchMapSize.sizes_for(head.vocab))} (one copy of the head's {head.vocab.full_size} rows)")
     return head
 
 

@@ -49,7 +49,7 @@ SYMBOLS: tuple[Symbol, ...] = (
     Symbol("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.load_model",
            "hook: V2 worker confirms the drafter's pruned head before serving", "V2", attrs=("speculator",)),
     Symbol("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.propose_draft_token_ids",
-           "hook: V1 updates context-aware rows between steps", "V1", attrs=("drafter", "input_batch")),
+           "hook: V1 updates context-aware rows and the map size between steps", "V1", attrs=("drafter", "input_batch")),
     Symbol("vllm.v1.worker.gpu_input_batch", "InputBatch", "read: the running requests' tokens (context rows)", "V1",
            attrs=("token_ids_cpu", "num_tokens_no_spec", "req_ids", "num_reqs")),
     Symbol("vllm.v1.spec_decode.llm_base_proposer", "SpecDecodeBaseProposer",

@@ -3,6 +3,8 @@ the environment of the process that starts them).
 
     FRSPEC_TOKEN_MAP         the token map file (FR-Spec off when neither it nor a config gives one)
     FRSPEC_TOKEN_MAP_FORMAT  its format, if not detected from the content
+    FRSPEC_TOKEN_MAP_SIZE    auto: the map is a frequency ranking and the map size is chosen per batch step
+                             (batch_map_size.py); unset: the map as it is
     FRSPEC_CONFIG            a decode config (`frspec tune` writes one, decode/decode_config.py): its token map,
                              unless FRSPEC_TOKEN_MAP is set too. The draft length stays vLLM's own
                              num_speculative_tokens; a mismatch with the config's is logged as a warning.
@@ -29,6 +31,22 @@ def configured() -> DecodeConfig | None:
     """The decode config FRSPEC_CONFIG names, or None; a bad file is one FrspecError naming it."""
     path = os.environ.get(CONFIG_ENV)
     return DecodeConfig.load(path) if path else None
+MAP_SIZE_ENV = "FRSPEC_TOKEN_MAP_SIZE"
+
+
+def auto_map_size() -> bool:
+    """Whether the map size is chosen per batch step: FRSPEC_TOKEN_MAP_SIZE=auto, or a FRSPEC_CONFIG whose
+    token_map_size is auto (unless FRSPEC_TOKEN_MAP_SIZE is set)."""
+    text = (os.environ.get(MAP_SIZE_ENV) or "").strip()
+    if text:
+        if text.lower() != "auto":
+            raise FrspecError(f"{MAP_SIZE_ENV} must be 'auto' (the map size chosen per batch step) or unset (the "
+                              f"map as it is), got {text!r}")
+        return True
+    config = configured()
+    return config is not None and config.token_map_size == "auto"
+
+
 CONTEXT_ROWS_ENV = "FRSPEC_CONTEXT_ROWS"
 CONTEXT_BUDGET_ENV = "FRSPEC_CONTEXT_BUDGET"
 V1_COMPACT_ENV = "FRSPEC_V1_COMPACT"

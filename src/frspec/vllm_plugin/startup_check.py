@@ -9,7 +9,8 @@ from typing import Any
 from frspec.errors import FrspecError
 from frspec.vllm_plugin import internals
 from frspec.vllm_plugin.settings import (
-    CONTEXT_ROWS_ENV, TOKEN_MAP_ENV, context_setting, load_configured_map, token_map_path, warn_if_length_differs,
+    CONTEXT_ROWS_ENV, MAP_SIZE_ENV, TOKEN_MAP_ENV, auto_map_size, context_setting, load_configured_map,
+    token_map_path, warn_if_length_differs,
 )
 from frspec.vocab.context_vocab import ContextSlots
 from frspec.vocab.token_map import TokenMap
@@ -49,6 +50,19 @@ def check_engine_config(vllm_config: Any) -> None:
     if context is not None and vllm_config.parallel_config.tensor_parallel_size > 1:
         raise FrspecError(f"context-aware drafting ({CONTEXT_ROWS_ENV}) supports one rank, not tensor parallelism "
                           f"over {vllm_config.parallel_config.tensor_parallel_size} ranks (unset {CONTEXT_ROWS_ENV})")
+    if auto_map_size():
+        why = None
+        if runner_name(vllm_config) != "V1":
+            why = (f"only vLLM's V1 model runner lets it change the rows between steps; this engine runs "
+                   f"{runner_name(vllm_config)} (set VLLM_USE_V2_MODEL_RUNNER=0)")
+        elif vllm_config.parallel_config.tensor_parallel_size > 1:
+            ranks = vllm_config.parallel_config.tensor_parallel_size
+            why = f"it supports one rank, not tensor parallelism over {ranks}"
+        elif context is not None:
+            why = f"it does not combine with context-aware drafting ({CONTEXT_ROWS_ENV})"
+        if why:
+            raise FrspecError(f"a map size chosen per batch step ({MAP_SIZE_ENV}=auto): {why} (or unset "
+                              f"{MAP_SIZE_ENV} to serve the map as it is)")
     token_map = check_map_fits_target(vllm_config.model_config)
     if context is not None:
         # The budget's own refusals (e.g. more rows than a fixed budget can free), here rather than in a worker.

@@ -18,9 +18,10 @@ import torch
 from frspec.errors import FrspecError
 from frspec.vllm_plugin import internals
 from frspec.vllm_plugin.batch_context import BatchContextRows
+from frspec.vllm_plugin.batch_map_size import BatchMapSize
 from frspec.vllm_plugin.compact_path import use_compact_path
 from frspec.vllm_plugin.pruned_logits import pruned_logits_of
-from frspec.vllm_plugin.settings import context_setting, token_map_path, v1_compact_path
+from frspec.vllm_plugin.settings import auto_map_size, context_setting, token_map_path, v1_compact_path
 
 # Where each runner keeps its drafter (a V1 proposer or a V2 speculator, both with the draft model as `.model`).
 RUNNERS = {
@@ -94,6 +95,12 @@ def confirm_pruned_head(runner: Any, runner_kind: str) -> None:
         if len(heads) != 1:
             raise refusal(runner_kind, drafter, model, f"context-aware rows need one LM head, it has {len(heads)}")
         drafter.frspec_context = BatchContextRows(heads[0].vocab)  # updated by the runner hook between steps
+    if auto_map_size():
+        if len(heads) != 1:
+            raise refusal(runner_kind, drafter, model, f"a map size chosen per step needs one LM head, it has "
+                          f"{len(heads)}")
+        # The head's costs at every size, measured now (before serving); updated by the runner hook between steps.
+        drafter.frspec_map_size = BatchMapSize.measure(heads[0].vocab, spec.num_speculative_tokens, probe)
     compact = (runner_kind.startswith("V1") and len(heads) == 1 and v1_compact_path()
                and use_compact_path(drafter, heads[0]))
     drafter.frspec_heads = heads
