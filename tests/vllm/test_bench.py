@@ -21,7 +21,8 @@ def test_vllm_bench_runs_every_method_at_every_batch_size(tiny, tmp_path, monkey
     result = json.loads((out / "results.json").read_text())
     rows = {(r["label"], r["batch_size"]): r for r in result["rows"]}
     labels = ("vanilla", "draft k=2", "fr-spec k=2 map=40", "fr-spec k=2 map=40 full-row")
-    assert set(rows) == {(m, b) for m in labels for b in (1, 2)}
+    auto = "fr-spec chain-2 map=auto (maps <= 40)"  # the plugin's map size per batch step, ranked by the map
+    assert set(rows) == {(m, b) for m in labels + (auto,) for b in (1, 2)}
     for b in (1, 2):
         for label in labels[2:]:
             assert rows[(label, b)]["greedy_identical"] == "yes"
@@ -33,10 +34,13 @@ def test_vllm_bench_runs_every_method_at_every_batch_size(tiny, tmp_path, monkey
         assert rows[("fr-spec k=2 map=40", b)]["drafter_path"] == "compact"
         assert rows[("fr-spec k=2 map=40 full-row", b)]["drafter_path"] == "full-row"
         assert rows[("fr-spec k=2 map=40 full-row", b)]["full_row_vs_compact"] > 0
+        assert rows[(auto, b)]["greedy_identical"] == "yes" and rows[(auto, b)]["auto_vs_best_static"] > 0
+        chosen = rows[(auto, b)]["chosen_map_sizes"]
+        assert chosen and {int(k) for k in chosen} <= {12, 24, 40, 96} and sum(chosen.values()) > 0
     assert result["divergences"] == []
     text = (out / "results.md").read_text()
     assert "| fr-spec | 2 | 40 | 2 |" in text and "| fr-spec full-row | 2 | 40 | 2 |" in text
-    assert "Full Row vs Compact" in text
+    assert "Full Row vs Compact" in text and "Auto vs Best Static (same length)" in text
 
 
 @pytest.mark.parametrize("head, method, kept", [("eagle_head", "eagle", 40), ("eagle3_head", "eagle3", 20)])

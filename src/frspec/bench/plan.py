@@ -314,7 +314,7 @@ def plan_bench(
         draft_tree_shapes=tuple(draft_shapes), eagle_tree_shapes=tuple(eagle_shapes),
         eagle_token_map_sizes=eagle_sizes, context_rows=tuple(context_rows or ()),
         context_budgets=tuple(b for b in context_budgets.replace(" ", "").split(",") if b),
-        auto=auto and engine == "frspec",
+        auto=auto,
         config=config, config_path=config_path,
         token_map_files=tuple(token_map or ()), counts=counts, token_map_source=token_map_source,
         quant_rows=rows,

@@ -8,6 +8,10 @@ every method is its own engine. Engines run one after another, each started, war
 size and shut down; --repeats rounds of all methods run with a rotating order, so a slow spell of the machine is
 shared, and the table shows medians over rounds. Greedy outputs are compared with vanilla vLLM's at the same batch
 size, token for token; a difference is listed with the target's top-2 logit margin there.
+
+With token maps (and without --no-auto) each of vLLM's draft lengths also gets an auto row: the plugin's map size
+chosen per batch step (FRSPEC_TOKEN_MAP_SIZE=auto), ranked by the largest map, reported with its proposals per
+map size and its ratio to the fastest static row of the same length.
 """
 
 from __future__ import annotations
@@ -16,18 +20,21 @@ import gc
 import os
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from frspec.bench.divergence import Divergence, Generation, find_divergences
-from frspec.bench.methods import VANILLA, Method, plan_methods
+from frspec.bench.methods import DRAFT, FRSPEC, VANILLA, Method, plan_methods
 from frspec.bench.plan import BenchPlan
+from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
 
 # Read by frspec.vllm_plugin in each vLLM process (named there too; bench sits beside the plugin, not above it).
 TOKEN_MAP_ENV = "FRSPEC_TOKEN_MAP"
 V1_COMPACT_ENV = "FRSPEC_V1_COMPACT"
+MAP_SIZE_ENV = "FRSPEC_TOKEN_MAP_SIZE"
 VLLM_DTYPES = ("auto", "bf16", "fp16", "fp32")  # names as models/loading.py reads them; auto is bf16 here
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens")
 
@@ -73,6 +80,8 @@ class EngineRun:
     startup_s: float
     drafter_rows: list[int] | None
     drafter_path: str | None = None  # "compact" or "full-row" (V1's two ways to apply the map); None: no map
+    # An auto row's proposals per map size at each batch size (every worker's, summed); None: the size is fixed.
+    map_sizes: dict[int, dict[int, int]] | None = None
     batches: list[Batch] = field(default_factory=list)
 
 
@@ -101,6 +110,20 @@ def _drafter_rows(worker) -> int | None:
     """Run in each vLLM worker: how many LM-head rows its FR-Spec heads score (None: FR-Spec is off there)."""
     heads = getattr(_worker_drafter(worker), "frspec_heads", None)
     return None if not heads else sum(h.vocab.size for h in heads)
+
+
+def _drafter_map_sizes(worker) -> dict[int, int] | None:
+    """Run in each vLLM worker: an auto row's proposals per map size so far (None: the size is fixed)."""
+    chooser = getattr(_worker_drafter(worker), "frspec_map_size", None)
+    return None if chooser is None else dict(chooser.chosen)
+
+
+def _map_sizes(llm, method: Method) -> Counter:
+    """An auto row's proposals per map size so far, every worker's summed."""
+    counted = [c for c in llm.collective_rpc(_drafter_map_sizes) if c is not None]
+    if not counted:
+        raise FrspecError(f"{method.label}: the engine's drafter does not choose its map size")
+    return sum((Counter(c) for c in counted), Counter())
 
 
 def _drafter_path(worker) -> str | None:
@@ -163,6 +186,8 @@ def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: st
     else:
         os.environ[TOKEN_MAP_ENV] = map_file
     os.environ[V1_COMPACT_ENV] = "0" if method.vllm_full_row else "1"
+    if method.auto:
+        os.environ[MAP_SIZE_ENV] = "auto"
     start = time.perf_counter()
     llm = LLM(**kwargs)
     try:
@@ -178,6 +203,9 @@ def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: st
         greedy = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
         llm.generate([{"prompt_token_ids": prompts[0][1]}], SamplingParams(temperature=0.0, max_tokens=warmup_tokens),
                      use_tqdm=False)
+        seen = _map_sizes(llm, method) if method.auto else None
+        if seen is not None:
+            run.map_sizes = {}
         for b in batch_sizes:
             these = prompts[:prompts_per_batch_size(distinct or len(prompts), b)]
             for i in range(0, len(these), b):
@@ -191,6 +219,10 @@ def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: st
                     method, round_, b, [pid for pid, _ in chunk], [list(o.outputs[0].token_ids) for o in outs], wall,
                     [_latency(o, wall) for o in outs], int(after[SPEC_COUNTERS[0]] - before[SPEC_COUNTERS[0]]),
                     int(after[SPEC_COUNTERS[1]] - before[SPEC_COUNTERS[1]])))
+            if seen is not None:
+                now = _map_sizes(llm, method)
+                run.map_sizes[b] = dict(sorted((now - seen).items()))
+                seen = now
         tokens = sum(len(t) for bt in run.batches for t in bt.token_ids)
         say(f"round {round_ + 1} {method.label}: started in {run.startup_s:.0f}s, {tokens} tokens in "
             f"{sum(bt.wall_s for bt in run.batches):.1f}s")
@@ -201,6 +233,7 @@ def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: st
         gc.collect()
         os.environ.pop(TOKEN_MAP_ENV, None)
         os.environ.pop(V1_COMPACT_ENV, None)
+        os.environ.pop(MAP_SIZE_ENV, None)
 
 
 def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes: Sequence[int],
@@ -240,13 +273,27 @@ def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes:
                 "startup_s": statistics.median([r.startup_s for r in runs if r.method == m]),
                 "tokens": sum(len(t) for bt in batches for t in bt.token_ids),
                 "drafts": drafts, "accepted_tokens": accepted,
+                "chosen_map_sizes": (_summed_sizes((r.map_sizes or {}).get(b) for r in runs if r.method == m)
+                                     if m.auto else None),
             })
         for row, m in zip(rows[-len(methods):], methods):
             row["speedup_vs_vanilla"], row["speedup_vs_drafter"] = speedups(m, throughput)
             compact = replace(m, vllm_full_row=False)
             row["full_row_vs_compact"] = (throughput[m] / throughput[compact]
                                           if m.vllm_full_row and compact in methods else None)
+            # An auto row (the map size per batch step, vLLM's length fixed) against the fastest static row of the
+            # same drafter and length, a choice only hindsight gives.
+            static = [throughput[s] for s in methods if not s.auto and not s.vllm_full_row
+                      and s.kind in (DRAFT, FRSPEC) and s.num_spec_tokens == m.num_spec_tokens]
+            row["auto_vs_best_static"] = throughput[m] / max(static) if m.auto and static else None
     return rows
+
+
+def _summed_sizes(counts) -> dict[int, int]:
+    total: Counter[int] = Counter()
+    for c in counts:
+        total.update(c or {})
+    return dict(sorted(total.items()))
 
 
 def generations(runs: Sequence[EngineRun], prompt_tokens: dict[str, list[int]]) -> list[Generation]:
@@ -284,6 +331,8 @@ COLUMNS = [("method", "Method"), ("num_spec_tokens", "Num Spec Tokens"), ("token
            ("speedup_vs_vanilla", "Speedup vs Vanilla"), ("speedup_vs_drafter", "Speedup vs Same Drafter w/o FR-Spec"),
            ("greedy_identical", "Greedy Identical")]
 FULL_ROW_COLUMN = ("full_row_vs_compact", "Full Row vs Compact")  # only with --vllm-full-row
+AUTO_COLUMNS = [("auto_vs_best_static", "Auto vs Best Static (same length)"),
+                ("chosen_map_sizes", "Auto: Proposals per Map Size")]  # only with auto rows
 
 
 def _loads(values: Sequence[float]) -> str:
@@ -310,7 +359,8 @@ def markdown(payload: dict[str, Any]) -> str:
              + f"; max new tokens: {meta['max_new_tokens']}; "
              f"greedy; {meta['repeats']} rounds (medians shown); command: `{meta['command']}`",
              f"- Token maps: {meta['token_maps_source']}", ""]
-    columns = COLUMNS + ([FULL_ROW_COLUMN] if meta.get("full_row_twins") else [])
+    columns = (COLUMNS + ([FULL_ROW_COLUMN] if meta.get("full_row_twins") else [])
+               + (AUTO_COLUMNS if any(r.get("chosen_map_sizes") for r in payload["rows"]) else []))
     lines.append("| " + " | ".join(name for _, name in columns) + " |")
     lines.append("|:---|" + "---:|" * (len(columns) - 1))
     for row in payload["rows"]:
@@ -383,6 +433,9 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
     if plan.vllm_full_row:  # each map row twice: V1's compact path, and the full -inf row V2 speculators use
         methods = [v for m in methods
                    for v in ((m, replace(m, vllm_full_row=True)) if m.token_map_size is not None else (m,))]
+    if plan.auto and sizes and draft_dir:  # the map size per batch step (the plugin's FRSPEC_TOKEN_MAP_SIZE=auto),
+        # ranked by the largest map, at each of vLLM's fixed lengths
+        methods += [Method(FRSPEC, k, max(sizes), TreeShape.chain(k), auto=True) for k in plan.num_spec_tokens]
     out = Path(plan.out)
     map_files = {}
     for k, tm in token_maps.items():  # the files the engines' plugin reads

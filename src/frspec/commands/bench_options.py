@@ -114,7 +114,8 @@ def add_bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-auto", dest="auto", action="store_false",
                    help="leave out the auto rows (by default, with token maps, each drafter gets a row whose map "
                         "size, and for a draft model's chain whose length, the per-request controller chooses per "
-                        "step from one frequency-ranked head; frspec's engine only)")
+                        "step from one frequency-ranked head; with --engine vllm: the draft model's map size per "
+                        "batch step, vLLM's length fixed)")
     add_dtype(p)
     add_device(p)
     add_quant_options(p)

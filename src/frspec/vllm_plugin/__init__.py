@@ -35,7 +35,8 @@ def register() -> None:
 
     if token_map_path() is None:
         return  # no map: nothing of vLLM is changed, nothing is imported
-    v1_compact_path()  # a bad FRSPEC_V1_COMPACT or FRSPEC_TOKEN_MAP_SIZE is one line here, not inside a worker
+    # A bad FRSPEC_V1_COMPACT or FRSPEC_TOKEN_MAP_SIZE is one line here, not inside a worker.
+    v1_compact_path()
     auto = auto_map_size()
     from frspec.vllm_plugin import internals
     from frspec.vllm_plugin.between_steps import hook_runner_drafting

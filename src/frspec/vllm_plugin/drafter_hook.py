@@ -16,9 +16,9 @@ import torch
 
 from frspec.errors import FrspecError
 from frspec.vllm_plugin import internals
+from frspec.vllm_plugin.batch_map_size import BatchMapSize
 from frspec.vllm_plugin.drafter_head import DrafterHead, build_drafter_head, vllm_shard_ranges
 from frspec.vllm_plugin.pruned_logits import attach_pruned_logits
-from frspec.vllm_plugin.batch_map_size import BatchMapSize
 from frspec.vllm_plugin.settings import auto_map_size, context_setting, load_configured_map, token_map_path
 
 
