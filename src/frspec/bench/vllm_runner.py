@@ -260,7 +260,8 @@ def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes:
             throughput[m] = statistics.median(rates)
             drafts, accepted = sum(bt.drafts for bt in batches), sum(bt.accepted for bt in batches)
             rows.append({
-                "label": m.label, "method": m.kind + (" full-row" if m.vllm_full_row else ""),
+                "label": m.label,
+                "method": m.kind + (" full-row" if m.vllm_full_row else "") + (" auto" if m.auto else ""),
                 "num_spec_tokens": m.num_spec_tokens,
                 "token_map_size": m.token_map_size, "batch_size": b,
                 "acceptance_length": 1.0 if m.kind == VANILLA else (1 + accepted / drafts if drafts else None),
