@@ -8,9 +8,8 @@ import os
 
 import pytest
 import torch
-from vllm import SamplingParams
 from tests.vllm.vllm_tiny import (MAP_IDS, PROMPTS, VOCAB, Recorder, assert_handed_as_drafted, frspec_head,
-                                  hf_greedy, outside_rows, start_llm, stop_llm)
+                                  greedy_outputs, hf_greedy, outside_rows, sample_seeded, start_llm, stop_llm)
 
 NEW_TOKENS = 24
 TEMPERATURE = 0.8
@@ -62,15 +61,11 @@ def _run(target, spec, token_map, enforce_eager=True, sample=False):
         head = frspec_head(rec.drafter)
         run = {"start": head.target_ids.tolist(), "full": head.vocab.full_size,
                "sizes_allowed": rec.drafter.frspec_map_size.settings.sizes}
-        greedy = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
-        outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], greedy, use_tqdm=False)
-        run.update(greedy=[list(o.outputs[0].token_ids) for o in outs], sizes=list(rec.sizes),
+        run.update(greedy=greedy_outputs(llm, PROMPTS, NEW_TOKENS), sizes=list(rec.sizes),
                    steps=[(set(d.flatten().tolist()), a) for d, a in zip(rec.drafts, rec.active)]
                    if rec.drafts else [], active=list(rec.active))
         if sample:
-            rec.sampled.clear()
-            sampled = SamplingParams(temperature=TEMPERATURE, max_tokens=16, ignore_eos=True, seed=0)
-            llm.generate([{"prompt_token_ids": p} for p in PROMPTS[:2]], sampled, use_tqdm=False)
+            sample_seeded(llm, rec, PROMPTS[:2], TEMPERATURE)
             run.update(sampled=rec.sampled, sampled_active=rec.sampled_active,
                        rejection=rec.rejection_draft_probs)
         return run

@@ -7,9 +7,8 @@ import os
 
 import pytest
 import torch
-from vllm import SamplingParams
-from tests.vllm.vllm_tiny import (MAP_IDS, Recorder, assert_handed_as_drafted, frspec_head, hf_greedy,
-                                  outside_rows, start_llm, stop_llm)
+from tests.vllm.vllm_tiny import (MAP_IDS, Recorder, assert_handed_as_drafted, frspec_head, greedy_outputs,
+                                  hf_greedy, outside_rows, sample_seeded, start_llm, stop_llm)
 
 NEW_TOKENS = 20
 TEMPERATURE = 0.8
@@ -49,14 +48,10 @@ def _run(tiny, target, spec, budget, sample):
         rec = ContextRecorder(llm)
         head, rows = frspec_head(rec.drafter), rec.drafter.frspec_context
         run = {"head_rows_before": head.target_ids.tolist()}
-        greedy = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
-        outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], greedy, use_tqdm=False)
-        run.update(greedy=[list(o.outputs[0].token_ids) for o in outs], rebuilds=rows.rebuilds,
+        run.update(greedy=greedy_outputs(llm, PROMPTS, NEW_TOKENS), rebuilds=rows.rebuilds,
                    drafts=torch.cat([d.flatten() for d in rec.drafts]), greedy_active=set(rec.all_active))
         if sample:
-            rec.sampled.clear()
-            sampled = SamplingParams(temperature=TEMPERATURE, max_tokens=16, ignore_eos=True, seed=0)
-            llm.generate([{"prompt_token_ids": p} for p in PROMPTS[:2]], sampled, use_tqdm=False)
+            sample_seeded(llm, rec, PROMPTS[:2], TEMPERATURE)
             run.update(sampled=rec.sampled, active=rec.active, rejection=rec.rejection_draft_probs,
                        lm_head=rec.drafter.model.lm_head.weight.detach().clone())
         return run

@@ -278,3 +278,22 @@ def assert_handed_as_drafted(handed: list[torch.Tensor], drafted: dict[bytes, to
         outside = drafted.get(row.numpy().tobytes())
         assert outside is not None, "each handed distribution is one the drafter produced, bit for bit"
         assert bool((row[outside] == 0).all())
+
+
+def greedy_outputs(llm, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    """Greedy token ids for `prompts`, batched in one generate call, every request running to `max_tokens`."""
+    from vllm import SamplingParams
+
+    greedy = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], greedy, use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outs]
+
+
+def sample_seeded(llm, recorder: "Recorder", prompts: list[list[int]], temperature: float) -> None:
+    """16 tokens each for `prompts` at `temperature`, seeded, with what `recorder` sampled before cleared: its
+    draft distributions are then this run's only."""
+    from vllm import SamplingParams
+
+    recorder.sampled.clear()
+    sampled = SamplingParams(temperature=temperature, max_tokens=16, ignore_eos=True, seed=0)
+    llm.generate([{"prompt_token_ids": p} for p in prompts], sampled, use_tqdm=False)

@@ -123,7 +123,7 @@ def _map_sizes(llm, method: Method) -> Counter:
     counted = [c for c in llm.collective_rpc(_drafter_map_sizes) if c is not None]
     if not counted:
         raise FrspecError(f"{method.label}: the engine's drafter does not choose its map size")
-    return sum((Counter(c) for c in counted), Counter())
+    return _summed(counted)
 
 
 def _drafter_path(worker) -> str | None:
@@ -274,8 +274,8 @@ def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes:
                 "startup_s": statistics.median([r.startup_s for r in runs if r.method == m]),
                 "tokens": sum(len(t) for bt in batches for t in bt.token_ids),
                 "drafts": drafts, "accepted_tokens": accepted,
-                "chosen_map_sizes": (_summed_sizes((r.map_sizes or {}).get(b) for r in runs if r.method == m)
-                                     if m.auto else None),
+                "chosen_map_sizes": (dict(sorted(_summed((r.map_sizes or {}).get(b) for r in runs
+                                                             if r.method == m).items())) if m.auto else None),
             })
         for row, m in zip(rows[-len(methods):], methods):
             row["speedup_vs_vanilla"], row["speedup_vs_drafter"] = speedups(m, throughput)
@@ -290,11 +290,12 @@ def summarize(runs: Sequence[EngineRun], methods: Sequence[Method], batch_sizes:
     return rows
 
 
-def _summed_sizes(counts) -> dict[int, int]:
+def _summed(counts) -> Counter:
+    """Proposals per map size, summed over `counts` (None entries count nothing)."""
     total: Counter[int] = Counter()
     for c in counts:
         total.update(c or {})
-    return dict(sorted(total.items()))
+    return total
 
 
 def generations(runs: Sequence[EngineRun], prompt_tokens: dict[str, list[int]]) -> list[Generation]:

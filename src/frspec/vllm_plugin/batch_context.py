@@ -16,8 +16,6 @@ tokens), so reading them costs no device synchronisation.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
@@ -45,8 +43,4 @@ class BatchContextRows:
             if new:
                 self.vocab.add_tokens(torch.from_numpy(np.concatenate(new)))
         self.seen = counts
-
-    def update_from(self, input_batch: Any) -> None:
-        n = input_batch.num_reqs
-        self.update(list(input_batch.req_ids[:n]), input_batch.token_ids_cpu, input_batch.num_tokens_no_spec[:n])
 

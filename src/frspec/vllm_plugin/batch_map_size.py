@@ -27,7 +27,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter, deque
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -105,10 +105,6 @@ class BatchMapSize:
         self.last = (self.clock(), self.vocab.map_size, len(counts))
         return self.vocab.map_size
 
-    def update_from(self, input_batch: Any) -> int:
-        n = input_batch.num_reqs
-        return self.update(list(input_batch.req_ids[:n]), input_batch.token_ids_cpu, input_batch.num_tokens_no_spec[:n])
-
     def _choose(self, requests: int) -> int:
         rest = statistics.median(self.rest_s)
         costs = StepCosts({self.depth + 1: rest}, {1: 0.0},
@@ -116,7 +112,3 @@ class BatchMapSize:
                           full_size=self.vocab.full_size)
         self.state.step_times.clear()  # memoised per costs object: these costs are new every step
         return choose(self.state, costs).size
-
-    def describe(self) -> str:
-        used = ", ".join(f"{k}: {n}" for k, n in sorted(self.chosen.items()))
-        return f"map sizes {list(self.settings.sizes)}; proposals per size {{{used}}}"

@@ -15,10 +15,14 @@ def hook_runner_drafting() -> None:
     def make(original):
         def propose_draft_token_ids(self, *args, **kwargs):
             drafter = getattr(self, "drafter", None)
-            for name in ("frspec_context", "frspec_map_size"):
-                state = getattr(drafter, name, None)
-                if state is not None:
-                    state.update_from(self.input_batch)
+            states = [s for s in (getattr(drafter, "frspec_context", None), getattr(drafter, "frspec_map_size", None))
+                      if s is not None]
+            if states:
+                # The running requests and their tokens (prompt, then generated), as vLLM's input batch holds them.
+                batch = self.input_batch
+                n = batch.num_reqs
+                for state in states:
+                    state.update(list(batch.req_ids[:n]), batch.token_ids_cpu, batch.num_tokens_no_spec[:n])
             return original(self, *args, **kwargs)
 
         return propose_draft_token_ids

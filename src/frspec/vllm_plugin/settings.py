@@ -31,6 +31,8 @@ def configured() -> DecodeConfig | None:
     """The decode config FRSPEC_CONFIG names, or None; a bad file is one FrspecError naming it."""
     path = os.environ.get(CONFIG_ENV)
     return DecodeConfig.load(path) if path else None
+
+
 MAP_SIZE_ENV = "FRSPEC_TOKEN_MAP_SIZE"
 
 
