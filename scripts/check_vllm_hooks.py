@@ -275,8 +275,11 @@ def main() -> int:
     args = parser.parse_args()
     label = f"{args.package}=={args.version}"
     if args.source is None:
-        args.source = fetch(args.package, args.version, Path(tempfile.mkdtemp(prefix="vllm-src-")))
-    text = report(Source(args.source), label)
+        # The wheel and its unpacked tree (1.1 GB) go when the check ends: left in /tmp, every run kept them.
+        with tempfile.TemporaryDirectory(prefix="vllm-src-") as tmp:
+            text = report(Source(fetch(args.package, args.version, Path(tmp))), label)
+    else:
+        text = report(Source(args.source), label)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
