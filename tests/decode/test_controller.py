@@ -227,51 +227,6 @@ def test_drafting_on_the_bound_alone_tries_the_draft_that_loses_least_at_the_est
     assert choose(state, thin).depth == 0
 
 
-def test_the_drafters_backlog_follows_the_steps():
-    # A chain's last draft is never fed to the drafter: accepted whole, the next forward takes it too; a plain step
-    # adds its token; a tree's accepted nodes are run again.
-    state = new_request(ControllerSettings(SIZES))
-    assert state.behind == 0  # the prefill fed the drafter the whole prompt
-    observe(state, Plan(3, SIZES[-1]), 3, [0] * 4)
-    assert state.behind == 1
-    observe(state, Plan(0, SIZES[-1]), 0, [0])
-    observe(state, Plan(0, SIZES[-1]), 0, [0])
-    assert state.behind == 3
-    observe(state, Plan(3, SIZES[-1]), 1, [0, 0])
-    assert state.behind == 0
-    tree = new_request(ControllerSettings(SIZES, shape=TreeShape.dynamic(4, 2, 8)))
-    observe(tree, Plan(4, SIZES[-1]), 2, [0, 0, 0])
-    assert tree.behind == 2
-
-
-def test_a_try_after_plain_steps_pays_for_the_drafters_catch_up_and_a_paying_draft_does_not():
-    # The costs of test_drafting_on_the_bound_alone_...; the draft model's forward costs 6 ms more per extra row.
-    thin = StepCosts({n: 0.1 * t for n, t in enumerate((1.0, 1.5, 1.75, 2.0, 2.3, 2.6, 2.9, 3.2), 1)},
-                     {1: 0.04, 32: 0.04 + 31 * 0.006}, {k: {1: 2e-8 * k} for k in SIZES}, full_size=SIZES[-1])
-    assert thin.step_time_s(TreeShape.chain(2), SIZES[0], first_rows=21) == pytest.approx(
-        thin.step_time_s(TreeShape.chain(2), SIZES[0]) + 20 * 0.006)  # only the first forward takes the backlog
-    never_probes = ControllerSettings(SIZES, probe_every=10_000)
-
-    def after(good, rejected, plain_steps):
-        state = new_request(never_probes)
-        for _ in range(good):
-            observe(state, Plan(3, SIZES[-1]), 3, [0] * 4)
-        for _ in range(rejected):
-            observe(state, Plan(3, SIZES[-1]), 0, [0])
-        for _ in range(plain_steps):
-            observe(state, Plan(0, SIZES[-1]), 0, [0])
-        return state
-
-    # Drafting on the bound alone: tried straight after a rejection, not after 20 plain steps (the try's catch-up,
-    # 0.11 s, more than a plain step, would make it lose over EXPLORE_LOSS).
-    assert choose(after(3, 1, 0), thin).depth >= 1
-    late = after(3, 1, 20)
-    assert late.behind == 20 and max(rates(late, thin), key=rates(late, thin).get)[0] == 0
-    assert choose(late, thin).depth == 0
-    # Drafting that pays at the estimate drafts after plain steps too: the catch-up is paid once.
-    assert choose(after(12, 0, 20), thin).depth >= 1
-
-
 def test_expected_counts_replace_the_accept_reject_outcomes_when_given():
     """Sampling steps report each reached position's acceptance probability and target mass inside the rows
     (decode/acceptance.py); the controller counts those instead of the step's outcome."""

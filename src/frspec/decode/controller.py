@@ -45,13 +45,6 @@ Plain decoding observes no agreement, so when it was chosen only because accepta
 pay at a higher one), a short probe step drafts again every `probe_every` plain steps, at seeded jittered intervals:
 the schedule, like every choice, is a function of the seed and the observations only.
 
-A draft's first forward also runs the drafter over what it has not seen: after a chain accepted whole, its last
-draft (2 rows); after plain steps, each of their tokens. At a long context that is dear (the 0.5B draft's 2-row
-forward after 4,096 tokens costs 1.8 one-row forwards in int4, 1.34 in bf16), so a step's cost is read with that
-first forward's rows (`StepCosts.step_time_s(..., first_rows)`). After a chain accepted whole every drafting step
-pays it and the estimate counts it; the catch-up after plain steps is paid once, so it counts only where the draft
-is a try on the bound alone (a draft that pays at the estimate earns it back on the next steps).
-
 Losslessness does not depend on any of this: every (d, k) is a valid proposal, verified by the one verifier.
 """
 
@@ -156,7 +149,6 @@ class ControllerState:
     tried: list[float] = field(default_factory=list)  # per position: decayed drafts whose rows held the token
     squared: list[float] = field(default_factory=list)  # per position: decayed agreed^2 / tried, for the spread
     plain_steps: int = 0  # consecutive plain steps
-    behind: int = 0  # tokens before the pending one the drafter has not processed (its next forward's extra rows)
     next_probe: int = PROBE_EVERY
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     chosen_sizes: dict[int, int] = field(default_factory=dict)  # speculative steps per map size
@@ -221,13 +213,11 @@ def _shape(settings: ControllerSettings, depth: int) -> TreeShape | None:
 
 
 def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None,
-          acceptance: str = "estimate", context: int | None = None, first_rows: int = 1
-          ) -> dict[tuple[int, int], float]:
+          acceptance: str = "estimate", context: int | None = None) -> dict[tuple[int, int], float]:
     """Expected tokens per second of every allowed (depth, size) after `context` tokens (None: the costs' flat
     tables), at each position's estimated agreement (`acceptance="estimate"`), its upper confidence bound
     ("upper"), or assuming every draft whose rows hold the target's token agrees ("perfect": alpha = 1, the best
-    speculation could do on this request's coverage). `first_rows`: the rows of a draft's first forward
-    (StepCosts.draft_time_s)."""
+    speculation could do on this request's coverage)."""
     agreement = {"estimate": state.agreement, "upper": state.agreement_upper_bound,
                  "perfect": lambda i: 1.0}[acceptance]
     s = state.settings
@@ -240,7 +230,7 @@ def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None
     for depth in depths:
         for k in (s.sizes if depth else s.sizes[-1:]):
             tokens = expected_tokens(state, depth, k, alphas, coverage[k])
-            out[(depth, k)] = tokens / _step_time(state, costs, depth, k, context, first_rows if depth else 1)
+            out[(depth, k)] = tokens / _step_time(state, costs, depth, k, context)
     return out
 
 
@@ -278,10 +268,7 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
     s = state.settings
     if context is not None:
         context = max(CONTEXT_STEP, round(context / CONTEXT_STEP) * CONTEXT_STEP)
-    # A draft's first forward covers the drafter's backlog: after a chain accepted whole, its last draft (every
-    # such step pays that, so the estimate counts it); after plain steps, their tokens too, a one-time catch-up
-    # that only a try (below) must pay for: a draft that pays at the estimate pays it back over the next steps.
-    options = rates(state, costs, remaining, context=context, first_rows=1 + min(state.behind, 1))
+    options = rates(state, costs, remaining, context=context)
     if not options:
         return _record(state, Plan(0, s.sizes[-1]))
     depth, k = _best(options)
@@ -292,9 +279,8 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
     # shortest): a wrong guess then costs one cheap draft, not a long chain's extra rows.
     bounded = rates(state, costs, remaining, acceptance="upper", context=context)
     plain = bounded[(0, s.sizes[-1])]
-    trying = rates(state, costs, remaining, context=context, first_rows=1 + state.behind)
-    paying = {dk: trying[dk] for dk, rate in bounded.items()
-              if dk[0] > 0 and rate > plain and trying[dk] >= (1.0 - EXPLORE_LOSS) * plain}
+    paying = {dk: options[dk] for dk, rate in bounded.items()
+              if dk[0] > 0 and rate > plain and options[dk] >= (1.0 - EXPLORE_LOSS) * plain}
     if paying:
         depth, k = _best(paying)
         state.plain_steps = 0
@@ -320,15 +306,6 @@ def observe(state: ControllerState, plan: Plan, accepted: int, token_ranks: Sequ
     position's (acceptance probability, target mass inside the rows) from decode/acceptance.py, counted instead of
     the accept/reject outcomes (the same counts in expectation, with less noise)."""
     s = state.settings
-    # The drafter's backlog for its next forward: a plain step's token adds one; a chain's last draft is never fed
-    # to the drafter (decode/draft_model.py), so one accepted whole leaves it; a tree's nodes leave its cache, so
-    # its accepted ones are run again.
-    if plan.depth == 0:
-        state.behind += 1
-    elif s.shape is None or s.shape.kind == "chain":
-        state.behind = int(accepted >= plan.depth)
-    else:
-        state.behind = accepted
     ranks = list(token_ranks) if token_ranks is not None else None
     if ranks is not None:
         for r in ranks:
@@ -365,13 +342,12 @@ def _best(options: dict[tuple[int, int], float]) -> tuple[int, int]:
     return max(options, key=lambda dk: (options[dk], -dk[0], -dk[1]))
 
 
-def _step_time(state: ControllerState, costs: StepCosts, depth: int, k: int, context: int | None,
-               first_rows: int = 1) -> float:
+def _step_time(state: ControllerState, costs: StepCosts, depth: int, k: int, context: int | None) -> float:
     """costs.step_time_s for (depth, k) at `context`, computed once per request and context (the costs do not
     change within one)."""
-    key = (id(costs), depth, k, context if costs.contexts else None, first_rows)
+    key = (id(costs), depth, k, context if costs.contexts else None)
     if key not in state.step_times:
-        state.step_times[key] = costs.step_time_s(_shape(state.settings, depth), k, context, first_rows)
+        state.step_times[key] = costs.step_time_s(_shape(state.settings, depth), k, context)
     return state.step_times[key]
 
 

@@ -1,12 +1,12 @@
 """The controller's costs on this machine: measured once per machine and model pair, then read from the cache.
 
 A short measurement (decode/step_costs.py's model): the target's forward over 1..max_rows rows after contexts of
-128, 512, 2048 and 4096 tokens (`CONTEXTS`, those the models' positions allow; one growing random prefix, so 4096
-tokens are prefilled once in all), a draft model's forward over `DRAFT_ROWS` rows at the same contexts, the
-drafter's LM head at each map size the controller may choose, and two short engine runs (plain and speculative,
-after a warm-up, at the shortest context) for the draft forward and the per-step overheads as the engine really
-spends them. The controller then reads the costs at each request's current context (prompt + generated tokens). A
-few seconds for a tiny model; see docs/auto.md for a 1.5B bf16 pair on a 2-core CPU.
+128, 512 and 2048 tokens (`CONTEXTS`, those the models' positions allow; one growing random prefix, so 2048
+tokens are prefilled once in all), a draft model's one-row forward at the same contexts, the drafter's LM head at
+each map size the controller may choose, and two short engine runs (plain and speculative, after a warm-up, at the
+shortest context) for the draft forward and the per-step overheads as the engine really spends them. The
+controller then reads the costs at each request's current context (prompt + generated tokens). A few seconds for
+a tiny model; see docs/auto.md for a 1.5B bf16 pair on a 2-core CPU.
 
 The result is cached as JSON under <frspec cache>/step_costs/, keyed by the machine (CPU or GPU name, torch
 version and threads), both models (name or path, class, dtype, parameter count, weight format: float or each
@@ -41,18 +41,10 @@ from frspec.models.quant import QuantizedLinear
 from frspec.vocab.ranked_vocab import RankedVocab
 from frspec.paths import cache_dir
 
-CACHE_VERSION = 3  # 2: per-context target and draft costs; the drafter head's weight format in the key; 3: 4096
-# tokens, and a draft model's forward over several rows
-# Context lengths the target's (and a draft model's) forwards are timed after: a short prompt, a long one, two long
-# documents (the controller interpolates in between and extrapolates beyond, decode/step_costs.py). Measured at
-# `int4-mix16` (docs/benchmarks.md): extrapolated from 2,048 tokens, a step at 3,700-4,300 was 22-70% dearer than
-# predicted.
-CONTEXTS = (128, 512, 2048, 4096)
-# Rows a draft model's forward is timed over at every context: a step's first forward covers the tokens the
-# drafter has not processed (2 after a chain accepted whole, one more per plain step before it), and at a long
-# context a forward over 2 rows costs far more than over 1 (the 0.5B draft after 4,096 tokens: 1.8x in int4,
-# 1.34x in bf16), so one-row costs alone made drafting there look cheaper than it is.
-DRAFT_ROWS = (1, 2, 8, 32)
+CACHE_VERSION = 2  # 2: per-context target and draft costs; the drafter head's weight format in the key
+# Context lengths the target's (and a draft model's) forwards are timed after: a short prompt, a long one, a long
+# document (the controller interpolates in between and extrapolates beyond, decode/step_costs.py).
+CONTEXTS = (128, 512, 2048)
 
 
 def cpu_model() -> str:
@@ -151,8 +143,7 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
     `max_rows`: the most rows a step's target forward may have; `shape`: a tree the drafter drafts (its level
     widths are timed too); `contexts`: the context lengths the target's (and a draft model's) forwards are timed
     after (those the models' positions allow)."""
-    draft_rows = DRAFT_ROWS if drafter.kind == "draft" else ()
-    contexts = usable_contexts(contexts, [target, drafter.weights], max((max_rows, *draft_rows)) + new_tokens + 8)
+    contexts = usable_contexts(contexts, [target, drafter.weights], max_rows + new_tokens + 8)
     rows = sorted({n for n in (1, 2, 3, 4, 5, 7, 9, 12, 16) if n < max_rows} | {max_rows})
     # Every row count at the shortest context; at the longer ones 1, 2, the middle and the most (interpolated in
     # between), which keeps the one-time measurement short.
@@ -184,23 +175,18 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
         return max(decode / max(stats.target_forwards, 1), 0.0)
 
     per_forward = max((spec.draft_time_s - spec.draft_lm_head_time_s) / max(spec.draft_steps, 1), 0.0)
-    draft_flat, draft_by_context = {1: per_forward}, {}
-    if draft_rows:
-        # A draft model attends over the whole context too, and its first forward of a step may cover several
-        # rows: its forward over w rows at context L costs the engine's measured forward (one row at the shortest
-        # context) plus what w rows of its body cost more at L than one row at the shortest (never less: a noisy
-        # difference must not make drafts look free). EAGLE and MTP heads are one layer over the target's states:
-        # their forward is taken as the same at every context and width. One body row is cheap next to the
-        # target's forwards: more repeats for a steadier difference.
+    draft_by_context = {}
+    if drafter.kind == "draft" and len(contexts) > 1:
+        # A draft model attends over the whole context too: its forward at context L costs the engine's measured
+        # forward (at the shortest context) plus what one row of its body costs more at L than there (never less:
+        # a longer context adds work, and a noisy difference must not make long-context drafts look free). EAGLE
+        # and MTP heads are one layer over the target's states: their forward is taken as the same at every
+        # context. One body row is cheap next to the target's forwards: more repeats for a steadier difference.
         body = getattr(drafter.weights, "base_model", drafter.weights)
-        timed = measure_row_costs_by_context(body, draft_rows, contexts, repeats=5, warmup=2)
-        one = timed[base][1]
-        tables = {c: {w: per_forward + max(t - one, 0.0) for w, t in per_rows.items()}
-                  for c, per_rows in timed.items()}
-        draft_flat = tables[base]
-        if len(contexts) > 1:
-            draft_by_context = tables
-    return StepCosts(target_by_context[base], draft_flat, heads,
+        by_context = measure_row_costs_by_context(body, [1], contexts, repeats=5, warmup=2)
+        draft_by_context = {c: {1: per_forward + max(by_context[c][1] - by_context[base][1], 0.0)}
+                            for c in contexts}
+    return StepCosts(target_by_context[base], {1: per_forward}, heads,
                      step_overhead_s=beyond_forwards(spec), vanilla_overhead_s=beyond_forwards(plain),
                      full_size=vocab.full_size if isinstance(vocab, RankedVocab) else int(vocab.size),
                      context=base, target_by_context=target_by_context if len(contexts) > 1 else {},

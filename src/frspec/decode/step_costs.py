@@ -66,8 +66,7 @@ class StepCosts:
     """Measured seconds (see the module docstring).
 
     target_costs[n]      one target forward over n rows
-    draft_base_costs[w]  one draft forward without its LM head over w rows (a tree level's w nodes, or a first
-                         forward's w tokens the drafter catches up on)
+    draft_base_costs[w]  one draft forward without its LM head over w rows
     head_costs[k][w]     the draft LM head over its first k rows and picking its choices, for w hidden states;
                          key None is the drafter's whole vocabulary (`full_size` rows when known)
     target_by_context[L][n], draft_base_by_context[L][w]
@@ -113,24 +112,16 @@ class StepCosts:
             k = max(by_size)
         return interpolate({size: interpolate(per_width, width) for size, per_width in by_size.items()}, k)
 
-    def draft_time_s(self, shape: TreeShape, k: int | None, context: int | None = None, first_rows: int = 1
-                     ) -> float:
-        """The drafter's forwards of one step. `first_rows`: the rows of its first forward, the pending token and
-        those before it the drafter has not processed yet (a chain accepted whole leaves its last draft; a plain
-        step leaves its token); only the last row goes through the head."""
-        widths = draft_forward_widths(shape)
-        rows = [max(widths[0], first_rows), *widths[1:]]
-        return sum(self.draft_base(r, context) + self.head(k, w) + self.draft_forward_overhead_s
-                   for r, w in zip(rows, widths))
+    def draft_time_s(self, shape: TreeShape, k: int | None, context: int | None = None) -> float:
+        return sum(self.draft_base(w, context) + self.head(k, w) + self.draft_forward_overhead_s
+                   for w in draft_forward_widths(shape))
 
-    def step_time_s(self, shape: TreeShape | None, k: int | None = None, context: int | None = None,
-                    first_rows: int = 1) -> float:
+    def step_time_s(self, shape: TreeShape | None, k: int | None = None, context: int | None = None) -> float:
         """Seconds of one decode step drafting `shape` (None: vanilla) over a k-row map (None: no map), after
-        `context` tokens (None: the flat tables, whatever context they were measured at); `first_rows`: see
-        `draft_time_s`."""
+        `context` tokens (None: the flat tables, whatever context they were measured at)."""
         if shape is None or shape.depth == 0:
             return self.target(1, context) + self.vanilla_overhead_s
-        return (self.target(shape.max_drafts + 1, context) + self.draft_time_s(shape, k, context, first_rows)
+        return (self.target(shape.max_drafts + 1, context) + self.draft_time_s(shape, k, context)
                 + self.step_overhead_s)
 
     # -- files -----------------------------------------------------------------------------------------------------
