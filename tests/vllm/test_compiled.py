@@ -4,8 +4,7 @@ equal the target's own for a draft model, an EAGLE-1/2 head and a MiMo MTP layer
 
 import pytest
 import torch
-from vllm import SamplingParams
-from tests.vllm.vllm_tiny import MAP_IDS, PROMPTS, Recorder, hf_greedy, start_llm, stop_llm
+from tests.vllm.vllm_tiny import MAP_IDS, PROMPTS, Recorder, greedy_outputs, hf_greedy, start_llm, stop_llm
 
 NEW_TOKENS = 16
 
@@ -15,9 +14,7 @@ def _run(tiny, target, spec):
     try:
         assert llm.llm_engine.vllm_config.compilation_config.mode != 0, "compilation is on"
         rec = Recorder(llm)
-        greedy = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
-        outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], greedy, use_tqdm=False)
-        return [list(o.outputs[0].token_ids) for o in outs], torch.cat([d.flatten() for d in rec.drafts])
+        return greedy_outputs(llm, PROMPTS, NEW_TOKENS), torch.cat([d.flatten() for d in rec.drafts])
     finally:
         stop_llm(llm)
 

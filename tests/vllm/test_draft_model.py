@@ -4,8 +4,8 @@ probabilistic draft sampling the rejection sampler receives exactly the pruned h
 
 import pytest
 import torch
-from vllm import SamplingParams
-from tests.vllm.vllm_tiny import MAP_IDS, PROMPTS, VOCAB, Recorder, frspec_head, hf_greedy, start_llm, stop_llm
+from tests.vllm.vllm_tiny import (MAP_IDS, PROMPTS, VOCAB, Recorder, frspec_head, greedy_outputs, hf_greedy, sample_seeded,
+                                  start_llm, stop_llm)
 
 from frspec.vllm_plugin.pruned_logits import pruned_logits_of
 
@@ -28,12 +28,9 @@ def _run(tiny, token_map):
             "head": frspec_head(drafter),
             "lm_head_weight": drafter.model.lm_head.weight.detach().clone(),
         }
-        greedy = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
-        outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], greedy, use_tqdm=False)
-        run["greedy"] = [list(o.outputs[0].token_ids) for o in outs]
+        run["greedy"] = greedy_outputs(llm, PROMPTS, NEW_TOKENS)
         run["greedy_drafts"] = torch.cat([d.flatten() for d in rec.drafts])
-        sampled = SamplingParams(temperature=TEMPERATURE, max_tokens=16, ignore_eos=True, seed=0)
-        llm.generate([{"prompt_token_ids": PROMPTS[0]}], sampled, use_tqdm=False)
+        sample_seeded(llm, rec, PROMPTS[:1], TEMPERATURE)
         run["sampled"], run["rejection_draft_probs"] = rec.sampled, rec.rejection_draft_probs
         return run
     finally:

@@ -5,8 +5,8 @@ head as it was; EAGLE-3 drafts from the intersection of the map and its d2t voca
 import pytest
 import torch
 from safetensors.torch import load_file
-from vllm import SamplingParams
-from tests.vllm.vllm_tiny import MAP_IDS, PROMPTS, Recorder, frspec_head, hf_greedy, model_runner, start_llm, stop_llm
+from tests.vllm.vllm_tiny import (MAP_IDS, PROMPTS, Recorder, frspec_head, greedy_outputs, hf_greedy, model_runner, start_llm,
+                                  stop_llm)
 
 NEW_TOKENS = 16
 
@@ -17,10 +17,9 @@ def _run(tiny, method, head):
     try:
         rec = Recorder(llm)
         runner = model_runner(llm)
-        greedy = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
-        outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], greedy, use_tqdm=False)
+        greedy = greedy_outputs(llm, PROMPTS, NEW_TOKENS)
         drafter = rec.drafter
-        return {"greedy": [list(o.outputs[0].token_ids) for o in outs], "drafts": torch.cat([d.flatten() for d in rec.drafts]),
+        return {"greedy": greedy, "drafts": torch.cat([d.flatten() for d in rec.drafts]),
                 "head": frspec_head(drafter), "draft_lm_head": drafter.model.lm_head,
                 "target_lm_head": runner.model.lm_head}
     finally:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from vllm import SamplingParams
 from tests.vllm.vllm_tiny import (
-    MAP_IDS, PROMPTS, VOCAB, Recorder, frspec_head, hf_greedy, model_runner, start_llm, stop_llm,
+    MAP_IDS, PROMPTS, VOCAB, Recorder, frspec_head, greedy_outputs, hf_greedy, model_runner, sample_seeded, start_llm,
+    stop_llm,
 )
 
 from frspec.vllm_plugin.pruned_logits import pruned_logits_of
@@ -29,15 +29,12 @@ def _run(tiny, token_map, target=None):
         rec = Recorder(llm)
         runner = model_runner(llm)
         drafter = rec.drafter
-        greedy = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
-        outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], greedy, use_tqdm=False)
-        run = {"greedy": [list(o.outputs[0].token_ids) for o in outs],
+        run = {"greedy": greedy_outputs(llm, PROMPTS, NEW_TOKENS),
                "drafts": torch.cat([d.flatten() for d in rec.drafts]),
                "drafter_model": type(drafter.model).__name__, "pruned": pruned_logits_of(drafter.model),
                "head": frspec_head(drafter), "draft_lm_head": drafter.model.lm_head,
                "target_lm_head": runner.model.lm_head}
-        sampled = SamplingParams(temperature=TEMPERATURE, max_tokens=12, ignore_eos=True, seed=0)
-        llm.generate([{"prompt_token_ids": p} for p in PROMPTS[:2]], sampled, use_tqdm=False)
+        sample_seeded(llm, rec, PROMPTS[:2], TEMPERATURE)
         run.update(sampled=rec.sampled, rejection=rec.rejection_draft_probs)
         return run
     finally:
