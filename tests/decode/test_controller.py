@@ -212,19 +212,26 @@ def test_drafting_on_the_bound_alone_tries_the_draft_that_loses_least_at_the_est
     plain = estimate[(0, SIZES[-1])]
     assert max(estimate, key=estimate.get)[0] == 0  # the estimate says plain decoding
     best_bound = max(bound, key=bound.get)
-    assert best_bound[0] == 4  # the bound's favourite: a chain of 4
+    assert best_bound[0] >= 4  # the bound's favourite: a long chain
     plan = choose(state, thin)
-    assert 1 <= plan.depth < 4 and not plan.probe
+    assert 1 <= plan.depth < best_bound[0] and not plan.probe
     # ... the draft chosen is the one that loses least at the estimate, and it loses under EXPLORE_LOSS.
     assert estimate[(plan.depth, plan.size)] == max(v for (d, _), v in estimate.items() if d > 0)
     assert estimate[best_bound] < estimate[(plan.depth, plan.size)]
     assert estimate[(plan.depth, plan.size)] >= (1 - EXPLORE_LOSS) * plain
-    # One more rejection: every draft the bound still favours loses over EXPLORE_LOSS at the estimate, so it
-    # decodes plainly (a wrong try would cost 2-3 plain steps for one token) though the bound alone would draft.
-    state = _rejected_after(good=3, rejected=2)
-    bound = rates(state, thin, acceptance="upper")
-    assert max(bound, key=bound.get)[0] > 0
-    assert choose(state, thin).depth == 0
+    # After a few more rejections every draft the bound still favours loses over EXPLORE_LOSS at the estimate, so
+    # it decodes plainly (a wrong try would cost 2-3 plain steps for one token) though the bound alone would draft.
+    for rejected in range(2, 9):
+        state = _rejected_after(good=3, rejected=rejected)
+        if choose(state, thin).depth == 0:
+            break
+    else:
+        raise AssertionError("eight rejections in a row and still drafting")
+    estimate, bound = rates(state, thin), rates(state, thin, acceptance="upper")
+    plain = estimate[(0, SIZES[-1])]
+    paying = [dk for dk, rate in bound.items() if dk[0] > 0 and rate > bound[(0, SIZES[-1])]]
+    assert paying  # the bound alone would still draft ...
+    assert all(estimate[dk] < (1 - EXPLORE_LOSS) * plain for dk in paying)  # ... but each such draft loses too much
 
 
 def test_expected_counts_replace_the_accept_reject_outcomes_when_given():
