@@ -74,7 +74,7 @@ PROBE_EVERY = 16
 UPPER_BOUND_SDS = 1.5
 # ... and only while the estimate says that draft loses at most this share of plain decoding's rate: a draft that
 # loses more is no cheap try (int4 at a 4k context: a chain of 3 costs 2.8 plain steps and emitted 1-2 tokens).
-# Both chosen by replaying the controller over real drafts (scripts/controller_replay.py, docs/auto.md): at 1.0 SD
+# Both chosen by replaying the controller over real drafts (an offline replay over teacher-forced drafts of the int4 mix16 prompts, docs/benchmarks.md): at 1.0 SD
 # and 10%, a few early rejections on code prompts at 1k tokens turned requests plain for 20-50 of their 63 steps
 # where drafting throughout ran 1.0-1.1x vanilla.
 EXPLORE_LOSS = 0.20
