@@ -4,8 +4,8 @@ probabilistic draft sampling the rejection sampler receives exactly the pruned h
 
 import pytest
 import torch
-from tests.vllm.vllm_tiny import (MAP_IDS, PROMPTS, VOCAB, Recorder, frspec_head, greedy_outputs, hf_greedy, sample_seeded,
-                                  start_llm, stop_llm)
+from tests.vllm.vllm_tiny import (MAP_IDS, PROMPTS, VOCAB, Recorder, frspec_head, greedy_outputs, hf_greedy,
+                                  sample_seeded, start_llm, stop_llm)
 
 from frspec.vllm_plugin.pruned_logits import pruned_logits_of
 

@@ -5,8 +5,8 @@ head as it was; EAGLE-3 drafts from the intersection of the map and its d2t voca
 import pytest
 import torch
 from safetensors.torch import load_file
-from tests.vllm.vllm_tiny import (MAP_IDS, PROMPTS, Recorder, frspec_head, greedy_outputs, hf_greedy, model_runner, start_llm,
-                                  stop_llm)
+from tests.vllm.vllm_tiny import (MAP_IDS, PROMPTS, Recorder, frspec_head, greedy_outputs, hf_greedy, model_runner,
+                                  start_llm, stop_llm)
 
 NEW_TOKENS = 16
 

@@ -74,9 +74,9 @@ PROBE_EVERY = 16
 UPPER_BOUND_SDS = 1.5
 # ... and only while the estimate says that draft loses at most this share of plain decoding's rate: a draft that
 # loses more is no cheap try (int4 at a 4k context: a chain of 3 costs 2.8 plain steps and emitted 1-2 tokens).
-# Both chosen by replaying the controller over real drafts (an offline replay over teacher-forced drafts of the int4 mix16 prompts, docs/benchmarks.md): at 1.0 SD
-# and 10%, a few early rejections on code prompts at 1k tokens turned requests plain for 20-50 of their 63 steps
-# where drafting throughout ran 1.0-1.1x vanilla.
+# Both chosen by replaying the controller offline over teacher-forced greedy drafts of real prompts (docs/benchmarks.md,
+# int4 mix after the exploration constants): at 1.0 SD and 10%, a few early rejections on code prompts at 1k tokens
+# turned requests plain for 20-50 of their 63 steps where drafting throughout ran 1.0-1.1x vanilla.
 EXPLORE_LOSS = 0.20
 # Chain lengths an automatic length chooses among (0: plain decoding); tune's CHAIN_LENGTHS go to 5.
 AUTO_DEPTHS = (0, 1, 2, 3, 4, 5, 6)
