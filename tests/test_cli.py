@@ -31,3 +31,20 @@ def test_every_dtype_choice_parses():
 
     assert DTYPE_CHOICES[0] == "auto" and parse_dtype("auto") is None
     assert all(parse_dtype(name) is not None for name in DTYPE_CHOICES[1:])
+
+
+def test_the_librarys_progress_notes_are_one_line_each_on_stderr(monkeypatch, capsys):
+    import logging
+
+    def note(args):
+        logging.getLogger("frspec.decode.cost_measure").info("measuring this machine's step costs (%s)", "once")
+        logging.getLogger("frspec.decode.cost_measure").debug("not shown")
+
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    sub.add_parser("note").set_defaults(func=note)
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    assert cli.main(["note"]) == 0
+    assert cli.main(["note"]) == 0  # a second run in the process adds no second handler
+    captured = capsys.readouterr()
+    assert captured.err == "frspec: measuring this machine's step costs (once)\n" * 2 and captured.out == ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 
 from frspec.errors import FrspecError
@@ -40,9 +41,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _log_to_stderr() -> None:
+    """The library's progress notes (logger `frspec`, INFO and up: e.g. a one-time measurement that takes minutes)
+    as `frspec: ...` lines on stderr, once per process. A program using frspec as a library chooses for itself."""
+    logger = logging.getLogger("frspec")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("frspec: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is when a record comes (not the one at start-up, which a caller may have
+    replaced since)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _log_to_stderr()
     try:
         result = args.func(args)
     except FrspecError as e:

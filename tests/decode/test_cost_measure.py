@@ -9,11 +9,12 @@ import json
 import pytest
 import torch
 
-from frspec.decode import cost_measure
+from frspec.decode import cost_measure, step_costs
 from frspec.decode.cost_measure import (
     cached_step_costs, drafter_identity, measure_step_costs, model_identity, usable_contexts, weight_format,
 )
 from frspec.decode.draft_model import DraftModelDrafter
+from frspec.decode.kv_cache import new_cache
 from frspec.decode.factory import build_generator
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.step_costs import StepCosts, measure_row_costs_by_context
@@ -57,13 +58,56 @@ def test_row_costs_are_measured_at_each_context_from_one_growing_prefix(pair):
     costs = measure_row_costs_by_context(target, [1, 3], [64, 16, 128], repeats=1, warmup=0)
     assert list(costs) == [16, 64, 128] and all(list(c) == [1, 3] for c in costs.values())
     assert all(v > 0 for c in costs.values() for v in c.values())
-    # The prefix grows 16 -> 64 -> 128: 128 prompt tokens processed in all, then one forward per row count.
-    assert calls == [16, 1, 3, 48, 1, 3, 64, 1, 3]
+    # The prefix grows 16 -> 64 -> 128; only its first REAL_PREFIX (16) tokens go through the model, the rest of
+    # the full-attention cache is random keys and values. Then one forward per row count.
+    assert step_costs.REAL_PREFIX == 16 and calls == [16, 1, 3, 1, 3, 1, 3]
     calls.clear()
     # With warm-ups: an untimed pass over the row counts after the first prefill, then interleaved rounds (every
     # row count once per round: a slow spell hits one round of all of them); fewer row counts later.
     costs = measure_row_costs_by_context(target, [1, 3], [16, 64], repeats=2, warmup=1, later_rows=[1])
-    assert calls == [16, 1, 3, 1, 3, 1, 3, 1, 3, 48, 1, 1, 1] and list(costs[64]) == [1]
+    assert calls == [16, 1, 3, 1, 3, 1, 3, 1, 3, 1, 1, 1] and list(costs[64]) == [1]
+    calls.clear()
+    measure_row_costs_by_context(target, [2], [100], repeats=1, warmup=0)
+    assert calls == [16, 2]  # the first context too
+
+
+def test_a_cache_that_random_values_cannot_stand_for_is_prefilled_for_real(pair, monkeypatch):
+    # A sliding-window layer keeps only its window: its state is not "a longer cache", so the prefix is run.
+    target, _ = pair
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=8,
+                         max_window_layers=0)
+    sliding = named(Qwen2ForCausalLM(config).eval(), "tiny-sliding")
+    assert set(config.layer_types) == {"sliding_attention"}
+    for model in (sliding, target):
+        calls = []
+        forward = model.forward
+        model.forward = lambda *a, _f=forward, **k: calls.append(k["input_ids"].shape[1]) or _f(*a, **k)
+        if model is target:  # the plain model with growth refused: the old, real prefill
+            monkeypatch.setattr(step_costs, "_grow_cache", lambda *a: False)
+        measure_row_costs_by_context(model, [1], [40, 64], repeats=1, warmup=0)
+        assert calls == [16, 24, 1, 24, 1]
+    cache = new_cache(sliding)
+    sliding(input_ids=torch.arange(16)[None], cache=cache, use_cache=True)
+    monkeypatch.undo()
+    assert not step_costs._grow_cache(cache, 64, torch.Generator())
+
+
+def test_a_grown_cache_has_each_layers_shape_and_dtype_and_the_next_forward_sees_it(pair):
+    target, _ = pair
+    target = target.to(torch.bfloat16)
+    cache = new_cache(target)
+    target(input_ids=torch.arange(16)[None], cache=cache, use_cache=True)
+    before = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+    assert step_costs._grow_cache(cache, 200, torch.Generator().manual_seed(0))
+    assert cache.get_seq_length() == 200 and not step_costs._grow_cache(cache, 200, torch.Generator())
+    for layer, (keys, values) in zip(cache.layers, before):
+        assert layer.keys.shape == (*keys.shape[:-2], 200, keys.shape[-1]) and layer.keys.dtype == torch.bfloat16
+        assert torch.equal(layer.keys[..., :16, :], keys) and torch.equal(layer.values[..., :16, :], values)
+    out = target(input_ids=torch.tensor([[1, 2, 3]]), cache=cache, use_cache=True)
+    assert out.logits.shape[1] == 3 and cache.get_seq_length() == 203  # positions 200..202, attending over 203
 
 
 def test_the_measurement_has_per_context_tables_for_target_and_draft_model(pair):
@@ -174,3 +218,21 @@ def test_the_machine_name_says_which_instruction_set_the_kernels_may_use(monkeyp
     assert f"[{torch.backends.cpu.get_cpu_capability()}]" in plain
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert cost_measure.machine_name(cpu) != plain and "oneDNN <= AVX2" in cost_measure.machine_name(cpu)
+
+
+def test_a_measurement_is_announced_and_a_cache_hit_is_silent(pair, cache, monkeypatch, caplog):
+    # Minutes on a CPU for a real pair: a first `generate --draft` must say what it is doing (the `frspec` command
+    # prints the logger's records on stderr, tests/test_cli.py).
+    target, draft = pair
+    monkeypatch.setattr(cost_measure, "measure_step_costs",
+                        lambda *a, **k: StepCosts({1: 0.1}, {1: 0.01}, {None: {1: 0.001}}))
+    drafter = DraftModelDrafter(draft)
+    with caplog.at_level("INFO", logger="frspec"):
+        cached_step_costs(target, drafter, (VOCAB,), 4)
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("frspec")]
+    assert len(said) == 2 and "measuring this machine's step costs" in said[0] and str(cache) in said[0]
+    assert said[1].startswith("step costs measured in ")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="frspec"):
+        cached_step_costs(target, drafter, (VOCAB,), 4)
+    assert not [r for r in caplog.records if r.name.startswith("frspec")]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import statistics
@@ -40,6 +41,8 @@ from frspec.models.loading import max_positions_of
 from frspec.models.quant import QuantizedLinear
 from frspec.vocab.ranked_vocab import RankedVocab
 from frspec.paths import cache_dir
+
+log = logging.getLogger(__name__)  # the `frspec` command prints its records on stderr (cli.py)
 
 CACHE_VERSION = 2  # 2: per-context target and draft costs; the drafter head's weight format in the key
 # Context lengths the target's (and a draft model's) forwards are timed after: a short prompt, a long one, a long
@@ -123,8 +126,13 @@ def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence
                 return StepCosts.from_dict(json.loads(path.read_text(encoding="utf-8")), f"cached costs {path}")
             except (FrspecError, json.JSONDecodeError, OSError):
                 pass  # a stale or damaged cache entry is measured again and overwritten
+    # Minutes on a CPU for a 1.5B pair (the long contexts' prefills dominate): say so, or a first `generate --draft`
+    # looks hung.
+    log.info("measuring this machine's step costs for the controller (once per machine and model pair; %s)",
+             f"cached in {path.parent}" if path is not None else "models without a path are not cached")
     start = time.perf_counter()
     costs = measure_step_costs(target, drafter, sizes, max_rows, shape, contexts)
+    log.info("step costs measured in %.0f s", time.perf_counter() - start)
     costs.provenance.update({"machine": machine, "device": str(device), "target": ids[0], "drafter": ids[1],
                              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                              "measure_wall_s": round(time.perf_counter() - start, 2)})
