@@ -14,8 +14,8 @@ from frspec.decode.cost_measure import (
     cached_step_costs, drafter_identity, measure_step_costs, model_identity, usable_contexts, weight_format,
 )
 from frspec.decode.draft_model import DraftModelDrafter
-from frspec.decode.kv_cache import new_cache
 from frspec.decode.factory import build_generator
+from frspec.decode.kv_cache import new_cache
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.step_costs import StepCosts, measure_row_costs_by_context
 from frspec.models.quant import quantize_linear, quantize_model

@@ -56,6 +56,12 @@ def test_one_rank_scores_the_map_rows_in_map_order_and_scatters_to_the_full_voca
     torch.testing.assert_close(head.to_full(probs), torch.softmax(full, -1))
 
 
+def _assert_one_rank_result(gathered, expected):
+    # Close, not equal: a GEMM over fewer output rows may block its sums differently (MKL on an AVX2-only EPYC
+    # differs in the last bits); a row gathered into the wrong place would be far off.
+    torch.testing.assert_close(gathered, expected, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("tp", [2, 3, 4])
 def test_tensor_parallel_ranks_keep_their_own_rows_and_gather_to_the_one_rank_result(tp):
     w, b = _head()
@@ -70,9 +76,7 @@ def test_tensor_parallel_ranks_keep_their_own_rows_and_gather_to_the_one_rank_re
         torch.testing.assert_close(head.vocab.head.weight, w[mine])
         assert torch.equal(head.target_ids, one.target_ids)
     for gathered in _gathered(heads, x):
-        # Close, not equal: a GEMM over fewer output rows may block its sums differently (MKL on an AVX2-only EPYC
-        # differs in the last bits); a row gathered into the wrong place would be far off.
-        torch.testing.assert_close(gathered, one.kept_logits(x), rtol=1e-12, atol=1e-12)
+        _assert_one_rank_result(gathered, one.kept_logits(x))
 
 
 def test_a_rank_whose_shard_holds_no_map_row_still_takes_part_in_the_gather():
@@ -83,9 +87,7 @@ def test_a_rank_whose_shard_holds_no_map_row_still_takes_part_in_the_gather():
     x = torch.randn(3, H, dtype=torch.float64)
     one = build_drafter_head(w, token_map, V, V, bias=b)
     for gathered in _gathered(heads, x):
-        # Close, not equal: a GEMM over fewer output rows may block its sums differently (MKL on an AVX2-only EPYC
-        # differs in the last bits); a row gathered into the wrong place would be far off.
-        torch.testing.assert_close(gathered, one.kept_logits(x), rtol=1e-12, atol=1e-12)
+        _assert_one_rank_result(gathered, one.kept_logits(x))
 
 
 def test_eagle3_head_rows_compose_with_the_map_under_tensor_parallelism():
@@ -100,9 +102,7 @@ def test_eagle3_head_rows_compose_with_the_map_under_tensor_parallelism():
     x = torch.randn(2, H, dtype=torch.float64)
     torch.testing.assert_close(one.kept_logits(x), (x @ w.T + b)[:, [33, 2, 17, 39, 5]])
     for gathered in _gathered(_sharded(w, b, token_map, 2, head_to_target=head_to_target), x):
-        # Close, not equal: a GEMM over fewer output rows may block its sums differently (MKL on an AVX2-only EPYC
-        # differs in the last bits); a row gathered into the wrong place would be far off.
-        torch.testing.assert_close(gathered, one.kept_logits(x), rtol=1e-12, atol=1e-12)
+        _assert_one_rank_result(gathered, one.kept_logits(x))
 
 
 def test_shard_selection_rejects_ranges_that_miss_rows():

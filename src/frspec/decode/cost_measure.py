@@ -126,16 +126,16 @@ def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence
                 return StepCosts.from_dict(json.loads(path.read_text(encoding="utf-8")), f"cached costs {path}")
             except (FrspecError, json.JSONDecodeError, OSError):
                 pass  # a stale or damaged cache entry is measured again and overwritten
-    # Minutes on a CPU for a 1.5B pair (the long contexts' prefills dominate): say so, or a first `generate --draft`
-    # looks hung.
+    # Up to minutes on a CPU for a 1.5B pair: say so, or a first `generate --draft` looks hung.
     log.info("measuring this machine's step costs for the controller (once per machine and model pair; %s)",
              f"cached in {path.parent}" if path is not None else "models without a path are not cached")
     start = time.perf_counter()
     costs = measure_step_costs(target, drafter, sizes, max_rows, shape, contexts)
-    log.info("step costs measured in %.0f s", time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    log.info("step costs measured in %.0f s", wall)
     costs.provenance.update({"machine": machine, "device": str(device), "target": ids[0], "drafter": ids[1],
                              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                             "measure_wall_s": round(time.perf_counter() - start, 2)})
+                             "measure_wall_s": round(wall, 2)})
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:

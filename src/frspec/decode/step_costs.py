@@ -243,13 +243,13 @@ def measure_row_costs_by_context(model: torch.nn.Module, rows: Iterable[int], co
     for context in sorted(set(int(c) for c in contexts)):
         if context < 1:
             raise FrspecError(f"a context length must be >= 1, got {context}")
-        real = context - length if length or context <= REAL_PREFIX else REAL_PREFIX
-        if real > 0 and not (length and _grow_cache(cache, context, gen)):
-            grow = torch.randint(0, vocab, (1, real), generator=gen).to(device)
-            model(input_ids=grow, cache=cache, use_cache=True)
-            if length == 0 and real < context and not _grow_cache(cache, context, gen):
-                rest = torch.randint(0, vocab, (1, context - real), generator=gen).to(device)
-                model(input_ids=rest, cache=cache, use_cache=True)
+        if length == 0:  # a real prefix first, so every layer holds its real shapes and dtypes
+            length = min(context, REAL_PREFIX)
+            model(input_ids=torch.randint(0, vocab, (1, length), generator=gen).to(device), cache=cache,
+                  use_cache=True)
+        if length < context and not _grow_cache(cache, context, gen):
+            model(input_ids=torch.randint(0, vocab, (1, context - length), generator=gen).to(device), cache=cache,
+                  use_cache=True)
         length = context
         if not out:
             enable_rollback(cache)  # after the first prefill, as the engine does (kv_cache.py)
