@@ -7,6 +7,7 @@ the engine: choose, "draft" and "verify" the chain, observe.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -273,3 +274,56 @@ def test_the_upper_bound_is_binomial_over_outcomes_and_closes_in_sooner_over_exp
     assert expectations.agreement_spread(0) < 0.5 * alpha * (1 - alpha)
     assert expectations.agreement_upper_bound(0) < flips.agreement_upper_bound(0)
     assert first_plain["expectations"] < first_plain["flips"]
+
+
+def test_catching_up_costs_the_drafters_extra_rows():
+    # Chains only measure the drafter's one-row forward: its extra rows cost what the target's curve says.
+    assert LINEAR.catch_up_s(1) == 0.0
+    assert LINEAR.catch_up_s(5) == pytest.approx(0.02 * (1.5 / 0.3 - 1))
+    assert FLAT.catch_up_s(5) == pytest.approx(0.02 * (0.35 / 0.31 - 1))
+    # Measured widths (trees) are the drafter's own.
+    trees = StepCosts({1: 0.3, 2: 0.6}, {1: 0.02, 4: 0.05}, {None: {1: 0.001}})
+    assert trees.catch_up_s(4) == pytest.approx(0.03)
+
+
+# Rows cost nearly as much as whole forwards (an AVX2-only CPU in bf16): at perfect acceptance a draft saves a few
+# percent, less than a drafter left behind by plain steps pays to catch up.
+THIN = costs(lambda n: 0.3 * n - 0.02 * (n - 1), base=0.01)
+
+
+def test_a_drafter_left_behind_is_probed_only_where_catching_up_can_pay():
+    settings = ControllerSettings(sizes=SIZES, probe_every=10)
+    plans, state = simulate(settings, THIN, in_top(100), agree=0.05, steps=200)
+    assert state.behind > 10 and all(p.depth == 0 for p in plans[50:])  # no probes: catching up costs more
+    # Where extra rows are cheap, the same poor acceptance still gets probes after as many plain steps.
+    plans, state = simulate(settings, costs(lambda n: 0.3 + 0.03 * n, base=0.05), in_top(100), agree=0.05, seed=7)
+    assert any(p.probe for p in plans[50:])
+    assert state.behind <= 15 + 1  # probe_every plus its jitter
+
+
+def test_a_plain_step_puts_the_drafter_one_token_behind_and_a_draft_catches_it_up():
+    state = new_request(ControllerSettings(sizes=SIZES))
+    observe(state, Plan(0, SIZES[-1]), 0, [1])
+    observe(state, Plan(0, SIZES[-1]), 0, [1])
+    assert state.behind == 2
+    options = rates(state, THIN)
+    ahead = rates(dataclasses.replace(state, behind=0), THIN)  # the same evidence, the drafter caught up
+    assert options[(0, SIZES[-1])] == ahead[(0, SIZES[-1])]
+    assert all(options[dk] < ahead[dk] for dk in options if dk[0])  # each draft also pays the catch-up
+    observe(state, Plan(1, SIZES[-1]), 1, [1, 1])
+    assert state.behind == 0
+
+
+def test_a_request_too_short_to_win_back_the_drafters_prefill_decodes_plainly():
+    from frspec.decode.controller import speculation_can_pay
+
+    settings = ControllerSettings(sizes=SIZES)
+    # Drafting saves about 0.015-0.026 s a token at best here; the drafter's prefill over a prompt costs its
+    # one-row forward times the target's curve over that many rows.
+    thin = costs(lambda n: 0.3 * n - 0.05 * (n - 1))
+    assert speculation_can_pay(settings, thin)
+    assert speculation_can_pay(settings, thin, None, prompt_tokens=36, max_new_tokens=64)
+    assert not speculation_can_pay(settings, thin, None, prompt_tokens=36, max_new_tokens=16)
+    assert not speculation_can_pay(settings, thin, None, prompt_tokens=2000, max_new_tokens=64)
+    # Where extra rows are nearly free, a long prompt's drafter prefill is won back within a short request.
+    assert speculation_can_pay(settings, FLAT, None, prompt_tokens=2000, max_new_tokens=64)

@@ -45,6 +45,13 @@ Plain decoding observes no agreement, so when it was chosen only because accepta
 pay at a higher one), a short probe step drafts again every `probe_every` plain steps, at seeded jittered intervals:
 the schedule, like every choice, is a function of the seed and the observations only.
 
+A drafter does not run on plain steps, so its next draft first runs it over every token they emitted (`behind`); on
+a machine where a forward over n rows costs about n one-row forwards (bf16 on a CPU without bf16 instructions) that
+catch-up costs as much as the plain steps saved. Every drafting option's time includes it
+(`StepCosts.catch_up_s`), so a probe is taken only where even perfect acceptance would win the catch-up back, and
+exploration stops sooner the further behind the drafter is. For the same reason a request drafts at all only if
+drafting's best saving over its tokens wins back the drafter's prefill over the prompt (`speculation_can_pay`).
+
 Losslessness does not depend on any of this: every (d, k) is a valid proposal, verified by the one verifier.
 """
 
@@ -152,6 +159,7 @@ class ControllerState:
     tried: list[float] = field(default_factory=list)  # per position: decayed drafts whose rows held the token
     squared: list[float] = field(default_factory=list)  # per position: decayed agreed^2 / tried, for the spread
     plain_steps: int = 0  # consecutive plain steps
+    behind: int = 0  # tokens emitted by plain steps since the drafter last drafted: its next forward's extra rows
     next_probe: int = PROBE_EVERY
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     chosen_sizes: dict[int, int] = field(default_factory=dict)  # speculative steps per map size
@@ -220,7 +228,8 @@ def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None
     """Expected tokens per second of every allowed (depth, size) after `context` tokens (None: the costs' flat
     tables), at each position's estimated agreement (`acceptance="estimate"`), its upper confidence bound
     ("upper"), or assuming every draft whose rows hold the target's token agrees ("perfect": alpha = 1, the best
-    speculation could do on this request's coverage)."""
+    speculation could do on this request's coverage). A drafter left behind by plain steps (`state.behind`) first
+    catches up over their tokens: a drafting step costs that too (`StepCosts.catch_up_s`)."""
     agreement = {"estimate": state.agreement, "upper": state.agreement_upper_bound,
                  "perfect": lambda i: 1.0}[acceptance]
     s = state.settings
@@ -230,28 +239,39 @@ def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None
         depths = sorted({min(d, max(remaining - 1, 0)) for d in depths})
     alphas = [agreement(i) for i in range(s.max_depth)]
     coverage = {k: state.coverage(k) for k in s.sizes}
+    catch_up = costs.catch_up_s(1 + state.behind, context) if state.behind else 0.0
     for depth in depths:
         for k in (s.sizes if depth else s.sizes[-1:]):
             tokens = expected_tokens(state, depth, k, alphas, coverage[k])
-            out[(depth, k)] = tokens / _step_time(state, costs, depth, k, context)
+            out[(depth, k)] = tokens / (_step_time(state, costs, depth, k, context) + (catch_up if depth else 0.0))
     return out
 
 
 def speculation_can_pay(settings: ControllerSettings, costs: StepCosts,
-                        contexts: Sequence[int | None] | None = None) -> bool:
+                        contexts: Sequence[int | None] | None = None, prompt_tokens: int | None = None,
+                        max_new_tokens: int | None = None) -> bool:
     """Whether any allowed draft beats plain decoding even at best (every draft accepted, every map covering) at
     any of `contexts` (default: every context the costs were measured at): if not, this machine's costs rule
-    speculation out for those contexts, and the engine does not even prefill the drafter."""
+    speculation out for those contexts, and the engine does not even prefill the drafter. Given the request's
+    `prompt_tokens` and `max_new_tokens`, the seconds drafting could save at best over those tokens must also win
+    back the drafter's prefill over the prompt: where a target over d + 1 rows costs nearly d + 1 one-row forwards,
+    a few milliseconds a token do not (measured on an AVX2-only EPYC in bf16, where drafting could save 3% at best:
+    a 64-token request after a 36-token prompt ran 0.94x vanilla, drafting on 22 of its 44 steps)."""
     if settings.max_depth == 0:
         return False
     if 0 not in settings.depths:
         return True  # plain decoding is not an option here (an explicit length or tree): draft anyway
     if contexts is None:
         contexts = costs.contexts or [None]
+    prefill = None
+    if prompt_tokens is not None and max_new_tokens is not None:
+        first = contexts[0] if contexts else None
+        prefill = costs.draft_base(1, first) + costs.catch_up_s(prompt_tokens, first)
     for context in contexts:
-        plain = 1.0 / costs.step_time_s(None, context=context)
-        if any((d + 1) / costs.step_time_s(_shape(settings, d), k, context) > plain
-               for d in settings.depths if d for k in settings.sizes):
+        plain = costs.step_time_s(None, context=context)
+        best = min(costs.step_time_s(_shape(settings, d), k, context) / (d + 1)
+                   for d in settings.depths if d for k in settings.sizes)
+        if best < plain and (prefill is None or (plain - best) * max_new_tokens > prefill):
             return True
     return False
 
@@ -316,7 +336,9 @@ def observe(state: ControllerState, plan: Plan, accepted: int, token_ranks: Sequ
             for k in s.sizes:
                 state.hits[k] = state.hits.get(k, 0.0) * TOKEN_DECAY + float(r < k)
     if plan.depth == 0:
+        state.behind += 1  # the plain step's token: the drafter has not seen it
         return
+    state.behind = 0
     if plan.depth > len(state.tried):
         grow = plan.depth - len(state.tried)
         state.tried.extend([0.0] * grow)

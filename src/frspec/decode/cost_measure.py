@@ -2,7 +2,8 @@
 
 A short measurement (decode/step_costs.py's model): the target's forward over 1..max_rows rows after contexts of
 128, 512 and 2048 tokens (`CONTEXTS`, those the models' positions allow; one growing random prefix, so 2048
-tokens are prefilled once in all), a draft model's one-row forward at the same contexts, the drafter's LM head at
+tokens are prefilled once in all), a draft model's one-row forward at the same contexts and its forward over
+`CATCH_UP_ROWS` rows (what catching up after plain steps, or prefilling a prompt, costs it), the drafter's LM head at
 each map size the controller may choose, and two short engine runs (plain and speculative, after a warm-up, at the
 shortest context) for the draft forward and the per-step overheads as the engine really spends them. The
 controller then reads the costs at each request's current context (prompt + generated tokens). A few seconds for
@@ -44,7 +45,11 @@ from frspec.paths import cache_dir
 
 log = logging.getLogger(__name__)  # the `frspec` command prints its records on stderr (cli.py)
 
-CACHE_VERSION = 2  # 2: per-context target and draft costs; the drafter head's weight format in the key
+CACHE_VERSION = 3  # 2: per-context target and draft costs; the drafter head's weight format in the key; 3: a draft
+# model's forward over CATCH_UP_ROWS rows
+# A draft model is also timed over this many rows at once: what it pays to catch up after plain steps or to prefill
+# a prompt (StepCosts.catch_up_s), which the controller weighs before drafting (decode/controller.py).
+CATCH_UP_ROWS = 64
 # Context lengths the target's (and a draft model's) forwards are timed after: a short prompt, a long one, a long
 # document (the controller interpolates in between and extrapolates beyond, decode/step_costs.py).
 CONTEXTS = (128, 512, 2048)
@@ -194,7 +199,18 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
         by_context = measure_row_costs_by_context(body, [1], contexts, repeats=5, warmup=2)
         draft_by_context = {c: {1: per_forward + max(by_context[c][1] - by_context[base][1], 0.0)}
                             for c in contexts}
-    return StepCosts(target_by_context[base], {1: per_forward}, heads,
+    draft_base = {1: per_forward}
+    limit = max_positions_of(drafter.weights)
+    wide_rows = CATCH_UP_ROWS if limit is None else min(CATCH_UP_ROWS, limit - base - 1)
+    if drafter.kind == "draft" and wide_rows >= 2:
+        # Its forward over many rows, once (the extra rows' cost is taken as the same at every context).
+        wide = measure_row_costs_by_context(getattr(drafter.weights, "base_model", drafter.weights),
+                                            [1, wide_rows], [base], repeats=2, warmup=1)[base]
+        extra = max(wide[wide_rows] - wide[1], 0.0)
+        draft_base[wide_rows] = per_forward + extra
+        for per_width in draft_by_context.values():
+            per_width[wide_rows] = per_width[1] + extra
+    return StepCosts(target_by_context[base], draft_base, heads,
                      step_overhead_s=beyond_forwards(spec), vanilla_overhead_s=beyond_forwards(plain),
                      full_size=vocab.full_size if isinstance(vocab, RankedVocab) else int(vocab.size),
                      context=base, target_by_context=target_by_context if len(contexts) > 1 else {},

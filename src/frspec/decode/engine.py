@@ -253,10 +253,10 @@ class SpeculativeGenerator:
         """Whether the controller's costs rule out every draft at every context this request will have."""
         if self.controller is None:
             return False
-        if self.plain_only or not self.costs.contexts:
-            return self.plain_only
+        if self.plain_only:
+            return True
         contexts = request_contexts(self.costs, prompt_tokens, max_new_tokens)
-        return not speculation_can_pay(self.controller, self.costs, contexts)
+        return not speculation_can_pay(self.controller, self.costs, contexts, prompt_tokens, max_new_tokens)
 
     def _new_control(self, sampling: SamplingParams) -> ControllerState | None:
         if self.controller is None:

@@ -99,6 +99,20 @@ class StepCosts:
         """One draft forward without its head over `width` rows, after `context` tokens (None: the flat table)."""
         return _at_context(self.draft_base_costs, self.draft_base_by_context, width, context)
 
+    def catch_up_s(self, rows: int, context: int | None = None) -> float:
+        """Seconds a draft forward over `rows` rows costs beyond a one-row one: what a drafter pays before it drafts
+        when plain steps left it `rows - 1` tokens behind (or, over a prompt, to prefill). The step model counts one
+        row for a chain's first forward, so this is extra. From the drafter's own widths where more than one was
+        measured (trees); else its one-row cost scaled by the target's curve over rows: the same dtype and kernels,
+        and over rows a forward costs what its matmuls' kernel makes it (nearly flat on a GPU, about linear in bf16
+        on a CPU without bf16 instructions)."""
+        if rows <= 1:
+            return 0.0
+        if len(self.draft_base_costs) >= 2:
+            return max(self.draft_base(rows, context) - self.draft_base(1, context), 0.0)
+        one = self.target(1, context)
+        return self.draft_base(1, context) * max(self.target(rows, context) / one - 1.0, 0.0) if one > 0 else 0.0
+
     def head(self, k: int | None, width: int = 1) -> float:
         """The LM head over k rows (None: the whole vocabulary) for `width` hidden states, interpolated in k."""
         if k in self.head_costs:
