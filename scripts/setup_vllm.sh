@@ -13,7 +13,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 py="$venv/bin/python"
 marker="$venv/.frspec-extras-${extras//,/-}"
-if [ -f "$marker" ] && "$py" -c "import vllm, frspec.vllm_plugin" >/dev/null 2>&1; then
+if [ -f "$marker" ] && "$py" -c "import vllm, frspec.vllm_plugin, xdist" >/dev/null 2>&1; then
     exit 0  # already set up with these extras
 fi
 pip_quiet "$py" -m pip install -q --upgrade pip >/dev/null
