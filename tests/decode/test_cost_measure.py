@@ -120,6 +120,11 @@ def test_the_measurement_has_per_context_tables_for_target_and_draft_model(pair)
     assert costs.target_costs == costs.target_by_context[32]  # the flat tables are the shortest context's
     assert set(costs.draft_base_by_context) == {32, 128, 512}
     assert costs.draft_base_by_context[32][1] == pytest.approx(costs.draft_base_costs[1])
+    # The draft model's forward over 64 rows too (catching up after plain steps), in every context's table.
+    assert sorted(costs.draft_base_costs) == [1, cost_measure.CATCH_UP_ROWS]
+    assert all(sorted(t) == [1, cost_measure.CATCH_UP_ROWS] for t in costs.draft_base_by_context.values())
+    assert costs.catch_up_s(cost_measure.CATCH_UP_ROWS, 32) == pytest.approx(
+        costs.draft_base_costs[cost_measure.CATCH_UP_ROWS] - costs.draft_base_costs[1])
     assert StepCosts.from_dict(json.loads(json.dumps(costs.to_dict()))).to_dict() == costs.to_dict()
 
 
