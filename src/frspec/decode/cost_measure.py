@@ -189,13 +189,13 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
 
     per_forward = max((spec.draft_time_s - spec.draft_lm_head_time_s) / max(spec.draft_steps, 1), 0.0)
     draft_by_context = {}
+    body = getattr(drafter.weights, "base_model", drafter.weights)  # a draft model's body, without its head
     if drafter.kind == "draft" and len(contexts) > 1:
         # A draft model attends over the whole context too: its forward at context L costs the engine's measured
         # forward (at the shortest context) plus what one row of its body costs more at L than there (never less:
         # a longer context adds work, and a noisy difference must not make long-context drafts look free). EAGLE
         # and MTP heads are one layer over the target's states: their forward is taken as the same at every
         # context. One body row is cheap next to the target's forwards: more repeats for a steadier difference.
-        body = getattr(drafter.weights, "base_model", drafter.weights)
         by_context = measure_row_costs_by_context(body, [1], contexts, repeats=5, warmup=2)
         draft_by_context = {c: {1: per_forward + max(by_context[c][1] - by_context[base][1], 0.0)}
                             for c in contexts}
@@ -204,8 +204,7 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
     wide_rows = CATCH_UP_ROWS if limit is None else min(CATCH_UP_ROWS, limit - base - 1)
     if drafter.kind == "draft" and wide_rows >= 2:
         # Its forward over many rows, once (the extra rows' cost is taken as the same at every context).
-        wide = measure_row_costs_by_context(getattr(drafter.weights, "base_model", drafter.weights),
-                                            [1, wide_rows], [base], repeats=2, warmup=1)[base]
+        wide = measure_row_costs_by_context(body, [1, wide_rows], [base], repeats=2, warmup=1)[base]
         extra = max(wide[wide_rows] - wide[1], 0.0)
         draft_base[wide_rows] = per_forward + extra
         for per_width in draft_by_context.values():
