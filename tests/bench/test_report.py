@@ -17,6 +17,7 @@ def _row(method, k=None, size=None, tps=10.0, greedy="yes", tree=None):
     return {
         "label": label, "method": method, "tree": tree, "num_spec_tokens": k, "token_map_size": size,
         "acceptance_length": 2.5 if spec else 1.0, "decode_tokens_per_s": tps, "total_time_s": 12.345,
+        "end_to_end_tokens_per_s": 96 / 12.345,
         "forward_ratio": 0.31 if spec else None, "speedup_vs_vanilla": tps / 10.0 if spec else None,
         "speedup_vs_drafter": 1.1 if method.endswith("fr-spec") else None, "lm_head_share": 0.25 if spec else None,
         "greedy_identical": greedy if spec else "reference", "tokens": 96,
@@ -87,7 +88,7 @@ def test_table_formatting(capsys):
     assert format_value("decode_tokens_per_s", 123.456) == "123.5"
     md = markdown_table(_payload()["rows"])
     assert md.count("\n") == 1 + 6 and (
-        "| fr-spec | chain-3 | 3 | 8 | 2.50 | 17.00 | 12.35 | 0.31 | 1.70x | 1.10x | 25.0% | 1 differ |") in md
+        "| fr-spec | chain-3 | 3 | 8 | 2.50 | 17.00 | 12.35 | 7.78 | 0.31 | 1.70x | 1.10x | 25.0% | 1 differ |") in md
     from rich.console import Console
 
     console = Console(width=250, force_terminal=False)

@@ -234,6 +234,11 @@ def test_auto_rows_share_one_ranked_head_with_the_static_rows_and_stay_lossless(
     best = max((r for r in rows.values() if not r["auto"]), key=lambda r: r["decode_tokens_per_s"])
     assert row["best_static"] == best["label"]
     assert row["auto_vs_best_static"] == pytest.approx(row["decode_tokens_per_s"] / best["decode_tokens_per_s"])
+    best = max((r for r in rows.values() if not r["auto"]), key=lambda r: r["end_to_end_tokens_per_s"])
+    assert row["best_static_end_to_end"] == best["label"]
+    assert row["auto_vs_best_static_end_to_end"] == pytest.approx(
+        row["end_to_end_tokens_per_s"] / best["end_to_end_tokens_per_s"])
+    assert all(r["auto_vs_best_static_end_to_end"] is None for r in rows.values() if not r["auto"])
     # The static rows drafted at their own size even though the auto row changed it in between.
     assert rows["fr-spec k=2 map=16"]["acceptance_length"] <= rows["draft k=2"]["acceptance_length"]
 
@@ -265,4 +270,24 @@ def test_cli_bench_mix_reports_each_dataset_with_auto_against_its_best_static(ti
             best = max(same, key=lambda x: x["decode_tokens_per_s"])
             assert r["best_static"] == best["label"]
             assert r["auto_vs_best_static"] == pytest.approx(r["decode_tokens_per_s"] / best["decode_tokens_per_s"])
-    assert "## Per dataset (mixed run)" in (out / "results.md").read_text()
+            best = max(same, key=lambda x: x["end_to_end_tokens_per_s"])
+            assert r["best_static_end_to_end"] == best["label"]
+            assert r["auto_vs_best_static_end_to_end"] == pytest.approx(
+                r["end_to_end_tokens_per_s"] / best["end_to_end_tokens_per_s"])
+    report = (out / "results.md").read_text()
+    assert "## Per dataset (mixed run)" in report and "Auto vs Best Static, End to End (best)" in report
+
+
+def test_auto_is_compared_with_the_best_static_row_in_decode_and_end_to_end_each_its_own():
+    """A draft model's prefill over a long prompt: the static row wins in decode, vanilla end to end, and the auto
+    row (plain here) is measured against each."""
+    from frspec.bench.summary import auto_vs_best_static
+
+    methods = plan_methods([2], [16], auto=True)
+    vanilla, draft, static, auto = methods
+    decode = {vanilla: 4.0, draft: 4.4, static: 4.6, auto: 4.0}
+    end_to_end = {vanilla: 2.2, draft: 2.0, static: 2.05, auto: 2.2}
+    got = auto_vs_best_static(methods, auto, decode, end_to_end)
+    assert got["best_static"] == static.label and got["auto_vs_best_static"] == pytest.approx(4.0 / 4.6)
+    assert got["best_static_end_to_end"] == vanilla.label and got["auto_vs_best_static_end_to_end"] == 1.0
+    assert set(auto_vs_best_static(methods, static, decode, end_to_end).values()) == {None}

@@ -25,6 +25,7 @@ COLUMNS = [
     ("acceptance_length", "Mean Acceptance Length"),
     ("decode_tokens_per_s", "Decoding Throughput (tokens/s)"),
     ("total_time_s", "Total Time (s)"),
+    ("end_to_end_tokens_per_s", "End-to-End Throughput (tokens/s)"),
     ("forward_ratio", "Forward Ratio"),
     ("speedup_vs_vanilla", "Speedup vs Vanilla"),
     ("speedup_vs_drafter", "Speedup vs Same Drafter w/o FR-Spec"),
@@ -37,13 +38,15 @@ COLUMNS = [
     ("input_tokens", "Input Tokens"),
     # Issue 21: the auto rows (the per-request controller) against the best row a user could have picked.
     ("auto_vs_best_static", "Auto vs Best Static"),
+    ("auto_vs_best_static_end_to_end", "Auto vs Best Static (end to end)"),
     ("chosen_map_sizes", "Auto: Steps per Map Size"),
     ("chosen_depth_histogram", "Auto: Steps per Draft Length 0/1/.."),
 ]
 
 LEFT_ALIGNED = ("label", "tree")  # words; numbers align right
 # Shown only when some row has a value.
-OPTIONAL = ("speedup_vs_llamacpp", "auto_vs_best_static", "chosen_map_sizes", "chosen_depth_histogram")
+OPTIONAL = ("speedup_vs_llamacpp", "auto_vs_best_static", "auto_vs_best_static_end_to_end", "chosen_map_sizes",
+            "chosen_depth_histogram")
 
 PLOTS = [
     ("decode_tokens_per_s", "Decoding throughput (tokens/s)", "throughput_vs_map_size.png"),
@@ -65,8 +68,9 @@ METHODOLOGY = """\
 - Mean Acceptance Length: tokens emitted per target decode forward (prefill excluded), from totals over all
   prompts. Vanilla is 1 by definition; a drafter drafting depth k can reach at most k + 1.
 - Decoding Throughput: tokens emitted by decode steps / decode time (wall time minus prefill), from totals over
-  all prompts (`decode_tokens_per_s`); the prefill is the same target work for every method. End-to-end
-  tokens/s (prefill included, `end_to_end_tokens_per_s`) is in the JSON and CSV. Total Time: wall time of all measured generations of the method, prefill included.
+  all prompts (`decode_tokens_per_s`); the target's prefill is the same work for every method, a draft model's
+  prefill over the prompt is not. End-to-End Throughput: all tokens / wall time, prefill included
+  (`end_to_end_tokens_per_s`). Total Time: wall time of all measured generations of the method, prefill included.
 - Forward Ratio: mean measured time of one drafter step over mean time of one target decode forward (from the
   timed forwards themselves, not from parameter counts), so it falls when FR-Spec shrinks the draft LM head.
 - Speedups: ratios of decoding throughputs measured side by side in the same run, against the vanilla row of
@@ -83,9 +87,12 @@ METHODOLOGY = """\
   acceptance and this machine's measured step costs (measured once per machine, model pair and weight format,
   after 128/512/2048-token contexts and read at each step's context; cached). The static rows of the same
   drafter are served by the same ranked head at their size; a quantized auto row ("int4 fr-spec auto") runs the
-  int4 target and draft body with its ranked head float. Auto vs Best Static: its
-  throughput over the fastest row of vanilla and the same drafter's static rows (any map or none, any shape),
-  which a user could only pick in hindsight. Steps per map size / per draft length: what it chose.
+  int4 target and draft body with its ranked head float. Auto vs Best Static: its decoding
+  throughput over the fastest row's of vanilla and the same drafter's static rows (any map or none, any shape),
+  which a user could only pick in hindsight; "(end to end)": the same with end-to-end throughputs, against the
+  row fastest end to end. The controller weighs a draft model's prefill over the prompt, so where that prefill
+  costs more than drafting saves it decodes plainly: faster end to end, slower than the static rows in decode
+  alone. Steps per map size / per draft length: what it chose.
 - Draft LM-Head Share: time in the drafter's LM head (the draft model's, or the EAGLE head's) / total drafting
   time.
 - Greedy Identical: whether each greedy output equals vanilla's token for token; otherwise the number of prompts
@@ -111,7 +118,7 @@ def format_value(key: str, value: Any) -> str:
     if key == "chosen_depth_histogram":
         return "/".join(str(n) for n in value)
     if key in ("speedup_vs_vanilla", "speedup_vs_drafter", "speedup_vs_static_map", "speedup_vs_llamacpp",
-               "auto_vs_best_static", "full_row_vs_compact"):
+               "auto_vs_best_static", "auto_vs_best_static_end_to_end", "full_row_vs_compact"):
         return f"{value:.2f}x"
     if key == "lm_head_share":
         return f"{100 * value:.1f}%"
@@ -119,7 +126,7 @@ def format_value(key: str, value: Any) -> str:
         return f"{value:.2f}"
     if key == "input_tokens":
         return f"{value:.0f}"
-    if key in ("decode_tokens_per_s", "total_time_s"):
+    if key in ("decode_tokens_per_s", "end_to_end_tokens_per_s", "total_time_s"):
         return f"{value:.2f}" if value < 100 else f"{value:.1f}"
     return str(value)
 
@@ -229,20 +236,24 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
     by_dataset = payload.get("per_dataset") or []
     if by_dataset:
         lines += ["## Per dataset (mixed run)", "",
-                  "Each dataset's prompts of the mixed run: tokens/s and acceptance per row, what the auto rows "
-                  "chose there, and their ratio to the best row for that dataset alone (picked in hindsight).", "",
-                  "| Target | Dataset | Method | Prompts | Tokens/s | Acceptance | Auto: Steps per Map Size "
-                  "| Auto: Steps per Length 0/1/.. | Auto vs Best Static (best) |",
-                  "|:---|:---|:---|---:|---:|---:|:---|:---|:---|"]
+                  "Each dataset's prompts of the mixed run: tokens/s (decode, and end to end with the prefill) and "
+                  "acceptance per row, what the auto rows chose there, and their ratio to the best row for that "
+                  "dataset alone (picked in hindsight), in decode tokens/s and end to end.", "",
+                  "| Target | Dataset | Method | Prompts | Tokens/s | End-to-End Tokens/s | Acceptance "
+                  "| Auto: Steps per Map Size | Auto: Steps per Length 0/1/.. | Auto vs Best Static (best) "
+                  "| Auto vs Best Static, End to End (best) |",
+                  "|:---|:---|:---|---:|---:|---:|---:|:---|:---|:---|:---|"]
         for r in by_dataset:
-            ratio = (f"{r['auto_vs_best_static']:.2f}x ({r['best_static']})"
-                     if r.get("auto_vs_best_static") is not None else "-")
+            ratios = [f"{r[key]:.2f}x ({r[best]})" if r.get(key) is not None else "-"
+                      for key, best in (("auto_vs_best_static", "best_static"),
+                                        ("auto_vs_best_static_end_to_end", "best_static_end_to_end"))]
             lines.append(
                 f"| {r.get('target', '-')} | {r['dataset']} | {r['label']} | {r['prompts']} | "
                 f"{format_value('decode_tokens_per_s', r['decode_tokens_per_s'])} | "
+                f"{format_value('end_to_end_tokens_per_s', r.get('end_to_end_tokens_per_s'))} | "
                 f"{format_value('acceptance_length', r['acceptance_length'])} | "
                 f"{format_value('chosen_map_sizes', r['chosen_map_sizes'])} | "
-                f"{format_value('chosen_depth_histogram', r['chosen_depth_histogram'])} | {ratio} |")
+                f"{format_value('chosen_depth_histogram', r['chosen_depth_histogram'])} | {' | '.join(ratios)} |")
         lines.append("")
     divergences = payload.get("divergences") or []
     if divergences:
