@@ -128,6 +128,28 @@ def test_the_measurement_has_per_context_tables_for_target_and_draft_model(pair)
     assert StepCosts.from_dict(json.loads(json.dumps(costs.to_dict()))).to_dict() == costs.to_dict()
 
 
+def test_a_draft_model_whose_wide_calls_go_through_fp32_is_timed_on_both_sides_of_the_bend(monkeypatch):
+    """bf16 on a machine where wide calls widen to fp32 (forced here): the catch-up curve bends at WIDE_ROWS, so
+    the draft model is timed over WIDE_ROWS - 1 and WIDE_ROWS rows as well, and the models' identities say so."""
+    from frspec.models import wide_linear
+
+    monkeypatch.setenv(wide_linear.ENV, "1")
+    wide_linear.fp32_is_faster.cache_clear()
+    try:
+        target = named(tiny_lm("qwen2", VOCAB, seed=0, dtype=torch.bfloat16), "tiny-target")
+        draft = named(tiny_lm("qwen2", VOCAB, hidden=32, seed=1, dtype=torch.bfloat16), "tiny-draft")
+        wide_linear.use_wide_linears(draft)
+        costs = measure_step_costs(target, DraftModelDrafter(draft), sizes=(VOCAB,), max_rows=3, contexts=(32,))
+        bend = wide_linear.WIDE_ROWS
+        assert sorted(costs.draft_base_costs) == [1, bend - 1, bend, cost_measure.CATCH_UP_ROWS]
+        assert f"fp32 from {bend} rows" in model_identity(draft)
+        monkeypatch.setenv(wide_linear.ENV, "0")
+        wide_linear.fp32_is_faster.cache_clear()
+        assert "fp32 from" not in model_identity(draft)
+    finally:
+        wide_linear.fp32_is_faster.cache_clear()
+
+
 def test_contexts_are_those_the_models_positions_allow(pair):
     target, draft = pair
     target.config.max_position_embeddings = 600

@@ -3,7 +3,8 @@
 A short measurement (decode/step_costs.py's model): the target's forward over 1..max_rows rows after contexts of
 128, 512 and 2048 tokens (`CONTEXTS`, those the models' positions allow; one growing random prefix, so 2048
 tokens are prefilled once in all), a draft model's one-row forward at the same contexts and its forward over
-`CATCH_UP_ROWS` rows (what catching up after plain steps, or prefilling a prompt, costs it), the drafter's LM head at
+`CATCH_UP_ROWS` rows (what catching up after plain steps, or prefilling a prompt, costs it; on both sides of the
+row count where its calls start going through fp32, models/wide_linear.py, too), the drafter's LM head at
 each map size the controller may choose, and two short engine runs (plain and speculative, after a warm-up, at the
 shortest context) for the draft forward and the per-step overheads as the engine really spends them. The
 controller then reads the costs at each request's current context (prompt + generated tokens). A few seconds for
@@ -40,13 +41,14 @@ from frspec.errors import FrspecError
 from frspec.io import atomic_path
 from frspec.models.loading import max_positions_of
 from frspec.models.quant import QuantizedLinear
+from frspec.models.wide_linear import wide_rows as wide_linear_rows
 from frspec.vocab.ranked_vocab import RankedVocab
 from frspec.paths import cache_dir
 
 log = logging.getLogger(__name__)  # the `frspec` command prints its records on stderr (cli.py)
 
-CACHE_VERSION = 3  # 2: per-context target and draft costs; the drafter head's weight format in the key; 3: a draft
-# model's forward over CATCH_UP_ROWS rows
+CACHE_VERSION = 4  # 2: per-context target and draft costs; the drafter head's weight format in the key; 3: a draft
+# model's forward over CATCH_UP_ROWS rows; 4: wide half-precision calls through fp32 (models/wide_linear.py)
 # A draft model is also timed over this many rows at once: what it pays to catch up after plain steps or to prefill
 # a prompt (StepCosts.catch_up_s), which the controller weighs before drafting (decode/controller.py).
 CATCH_UP_ROWS = 64
@@ -90,15 +92,17 @@ def weight_format(module: torch.nn.Module) -> str:
 
 
 def model_identity(model: torch.nn.Module) -> str | None:
-    """A model's name or path with what changes its speed (class, dtype, size, weight format); None for a model
-    without a name or path."""
+    """A model's name or path with what changes its speed (class, dtype, size, weight format, from how many rows
+    its calls go through fp32); None for a model without a name or path."""
     config = getattr(model, "config", None)
     name = getattr(config, "_name_or_path", None) or getattr(config, "name_or_path", None)
     if not name:
         return None
     param = next(model.parameters())
     count = sum(p.numel() for p in model.parameters())
-    return f"{name}|{type(model).__name__}|{param.dtype}|{count}|{weight_format(model)}"
+    wide = wide_linear_rows(param.dtype, param.device)
+    return (f"{name}|{type(model).__name__}|{param.dtype}|{count}|{weight_format(model)}"
+            + (f"|fp32 from {wide} rows" if wide else ""))
 
 
 def drafter_identity(drafter: Drafter) -> str | None:
@@ -203,12 +207,17 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
     limit = max_positions_of(drafter.weights)
     wide_rows = CATCH_UP_ROWS if limit is None else min(CATCH_UP_ROWS, limit - base - 1)
     if drafter.kind == "draft" and wide_rows >= 2:
-        # Its forward over many rows, once (the extra rows' cost is taken as the same at every context).
-        wide = measure_row_costs_by_context(body, [1, wide_rows], [base], repeats=2, warmup=1)[base]
-        extra = max(wide[wide_rows] - wide[1], 0.0)
-        draft_base[wide_rows] = per_forward + extra
-        for per_width in draft_by_context.values():
-            per_width[wide_rows] = per_width[1] + extra
+        # Its forward over many rows, once (the extra rows' cost is taken as the same at every context). Where its
+        # calls go through fp32 from some rows on (models/wide_linear.py), the curve bends there: timed on both
+        # sides of the bend too, so a catch-up just short of it is not read off the cheaper side's line.
+        knee = wide_linear_rows(like.dtype, like.device)
+        widths = sorted({1, wide_rows, *((knee - 1, knee) if knee and 2 < knee < wide_rows else ())})
+        wide = measure_row_costs_by_context(body, widths, [base], repeats=2, warmup=1)[base]
+        for n in widths[1:]:
+            extra = max(wide[n] - wide[1], 0.0)
+            draft_base[n] = per_forward + extra
+            for per_width in draft_by_context.values():
+                per_width[n] = per_width[1] + extra
     return StepCosts(target_by_context[base], draft_base, heads,
                      step_overhead_s=beyond_forwards(spec), vanilla_overhead_s=beyond_forwards(plain),
                      full_size=vocab.full_size if isinstance(vocab, RankedVocab) else int(vocab.size),

@@ -103,7 +103,8 @@ class StepCosts:
         """Seconds a draft forward over `rows` rows costs beyond a one-row one: what a drafter pays before it drafts
         when plain steps left it `rows - 1` tokens behind (or, over a prompt, to prefill). The step model counts one
         row for a chain's first forward, so this is extra. From the drafter's own widths where more than one was
-        measured (a draft model's forward over 64 rows, decode/cost_measure.py); else (EAGLE and MTP heads, cost
+        measured (a draft model's forward over 64 rows, and over 31 and 32 where its wide calls go through fp32
+        from 32 rows on: decode/cost_measure.py); else (EAGLE and MTP heads, cost
         records from before) its one-row cost scaled by the target's curve over rows: the same dtype and kernels,
         and over rows a forward costs what its matmuls' kernel makes it (nearly flat on a GPU, about linear in bf16
         on a CPU without bf16 instructions)."""

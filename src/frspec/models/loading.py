@@ -21,6 +21,8 @@ from frspec.models.cache import gguf_entry
 from frspec.models.defaults import DEFAULT_MODELS, prepare_default_models
 from frspec.models.dtypes import DTYPE_NAMES, DTYPES, HALF_DTYPES, dtype_name, parse_dtype  # noqa: F401 (re-exported)
 from frspec.models.mtp import builtin_config
+from frspec.models.wide_linear import use_wide_linears
+
 
 def parse_device(device: str | torch.device) -> torch.device:
     try:
@@ -88,6 +90,8 @@ def load_model(
     Note a GGUF of quantized weights is cached in bf16, so fp32 from such a file means upcast bf16 weights.
     quant: "int4" or "int8" runs the linear layers (with `quantize_head`, the LM head too) on PyTorch's weight-only
     kernels, converting a GGUF's 4-bit blocks directly (models/quant_loading.py); dtype is then the activations'.
+    A bf16/fp16 model on CPU computes its wide calls (a prefill) through fp32 where this machine's half-precision
+    GEMM is the slower one (models/wide_linear.py).
     """
     from frspec.models.quant import parse_quant
 
@@ -98,6 +102,7 @@ def load_model(
     model = _from_pretrained(spec, source, torch_dtype, dev)
     model.eval()
     model.requires_grad_(False)
+    use_wide_linears(model)  # a half-precision CPU model's wide calls through fp32 where that is faster
     if quant is not None:
         from frspec.models.quant_loading import quantize_loaded
 

@@ -10,7 +10,8 @@ symmetric, w = value * scale with values -127..127.
 
 Activations stay in the model's float dtype; only the weights are quantized. From `quant_kernels.INT4_DEQUANT_ROWS`
 (`INT8_DEQUANT_ROWS`) rows on, a prompt's prefill, a layer dequantizes its weight for the call and runs the float
-GEMM, since the weight-only kernels slow down with rows. Speculative decoding stays lossless relative to the
+GEMM, since the weight-only kernels slow down with rows (through fp32 where this machine's half GEMM is slow:
+models/wide_linear.py). Speculative decoding stays lossless relative to the
 quantized target: vanilla and speculative decoding prefill the same prompt alike, and every decode forward (one row,
 or a draft's few rows to verify) runs the kernel, so greedy output with a draft equals the quantized target's own.
 """
@@ -24,6 +25,7 @@ from torch import nn
 
 from frspec.errors import FrspecError
 from frspec.models import quant_kernels as K
+from frspec.models import wide_linear
 from frspec.vocab.draft_vocab import DraftVocab
 
 QUANT_MODES = ("int4", "int8")
@@ -114,11 +116,11 @@ class Int4Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel == K.DEQUANT:
-            return nn.functional.linear(x, self.dequantized, self.bias)
+            return wide_linear.linear(x, self.dequantized, self.bias)
         x2d = x.reshape(-1, self.in_features).contiguous()
         if self.kernel == K.CPU_INT4 and x2d.shape[0] >= K.INT4_DEQUANT_ROWS:
             # A prefill: the float GEMM over the weight dequantized for this call (quant_kernels.INT4_DEQUANT_ROWS).
-            y = nn.functional.linear(x2d, self._unpacked().dequantize().to(x2d.dtype))
+            y = wide_linear.linear(x2d, self._unpacked().dequantize().to(x2d.dtype))
         else:
             y = K.int4_mm(self.kernel, x2d, self.packed, self.group_size, self.scales_and_zeros)
         if y.shape[-1] != self.out_features:
@@ -174,7 +176,7 @@ class Int8Linear(nn.Module):
         if self.kernel == K.DEQUANT or x.numel() >= K.INT8_DEQUANT_ROWS * self.in_features:
             # No weight-only int8 kernel on this device, or a prefill (quant_kernels.INT8_DEQUANT_ROWS): dequantize
             # per call.
-            y = nn.functional.linear(x, self.values.to(x.dtype)) * self.scale
+            y = wide_linear.linear(x, self.values.to(x.dtype)) * self.scale
         else:
             x2d = x.reshape(-1, self.in_features).contiguous()
             y = K.int8_mm(x2d, self.values, self.scale).reshape(*x.shape[:-1], self.out_features)

@@ -1,0 +1,103 @@
+"""Wide bf16/fp16 linear layers computed through fp32 on CPUs whose half-precision GEMM is slow.
+
+On a CPU without native bf16 arithmetic (the AVX2 EPYC: no AVX512_BF16, no AMX), PyTorch's bf16 GEMM over many
+rows runs several times slower than MKL's fp32 GEMM over the same rows, and a prompt's prefill is all such calls:
+the 1.5B target prefills 512 tokens at 7.9 tokens/s in bf16 there, 46.1 through fp32. A wide call (`WIDE_ROWS` rows or more: a
+prefill, a draft model catching up on tokens it missed, a large tree) therefore widens its input and weight to
+fp32 for the call, runs the fp32 GEMM and rounds the output back; narrow calls (decode steps, verifying k + 1
+rows) keep the half kernel, which is the cheaper one for a row or two. Widening is exact, so the result differs
+from the half GEMM's (which accumulates in fp32 too) only in summation order, as two half kernels would. The
+weight's fp32 copy lives for one call: memory stays one half-precision copy of the model.
+
+Whether this machine gains is measured once per process and dtype (`fp32_is_faster`), never assumed from the
+CPU's name: on a CPU with native bf16 the half GEMM stays. `FRSPEC_WIDE_FP32=0` (or 1) overrides the
+measurement.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from frspec.models.dtypes import HALF_DTYPES
+
+# Rows from which a call goes through fp32 where that is faster (`fp32_is_faster`): where the two cost lines cross
+# on the AVX2 EPYC (scripts/wide_linear_rows.py, docs/quantization.md). An 8960x1536 bf16 weight costs 20.8 / 41.2
+# / 84.3 ms over 16 / 32 / 64 rows in bf16 and 33.6 / 37.8 / 43.0 ms widened (24 ms of which convert the weight).
+WIDE_ROWS = 32
+ENV = "FRSPEC_WIDE_FP32"
+
+
+@functools.cache
+def fp32_is_faster(dtype: torch.dtype) -> bool:
+    """Whether a wide CPU linear in `dtype` runs faster widened to fp32 on this machine (one measurement per
+    process: a 2048x2048 weight over 2 * WIDE_ROWS rows, median of 3 after a warm-up; about 0.1 s)."""
+    override = os.environ.get(ENV, "").strip()
+    if override in ("0", "1"):
+        return override == "1"
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(2048, 2048, generator=gen).to(dtype)
+    x = torch.randn(2 * WIDE_ROWS, 2048, generator=gen).to(dtype)
+    half = _median_s(lambda: F.linear(x, weight))
+    wide = _median_s(lambda: F.linear(x.float(), weight.float()).to(dtype))
+    return wide < 0.8 * half  # a clear gain only: near a tie the half kernel stays
+
+
+def _median_s(fn, repeats: int = 3) -> float:
+    with torch.inference_mode():
+        fn()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def is_wide(x: torch.Tensor) -> bool:
+    """A half-precision CPU input of at least WIDE_ROWS rows, on a machine where fp32 computes it faster."""
+    return (x.dtype in HALF_DTYPES and x.device.type == "cpu" and x.dim() > 0 and x.shape[-1] > 0
+            and x.numel() // x.shape[-1] >= WIDE_ROWS and fp32_is_faster(x.dtype))
+
+
+def wide_rows(dtype: torch.dtype, device: torch.device) -> int | None:
+    """From how many rows a call in `dtype` on `device` goes through fp32 here; None where it never does."""
+    return WIDE_ROWS if dtype in HALF_DTYPES and device.type == "cpu" and fp32_is_faster(dtype) else None
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, through fp32 for a wide half-precision call on a machine where that is faster (`is_wide`)."""
+    if is_wide(x):
+        y = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+        return y.to(x.dtype)
+    return F.linear(x, weight, bias)
+
+
+class WideLinear(nn.Linear):
+    """An nn.Linear whose wide calls go through `linear`; the same parameters, the same narrow calls."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)
+
+
+def use_wide_linears(model: nn.Module) -> int:
+    """Make every plain nn.Linear of a half-precision CPU model a WideLinear sharing its parameters (tied weights
+    stay tied); returns how many. Other dtypes and devices are left as they are."""
+    swapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is not nn.Linear or child.weight.dtype not in HALF_DTYPES:
+                continue
+            if child.weight.device.type != "cpu":
+                continue
+            wide = WideLinear(child.in_features, child.out_features, bias=child.bias is not None, device="meta")
+            wide.weight = child.weight
+            wide.bias = child.bias
+            setattr(parent, name, wide)
+            swapped += 1
+    return swapped
