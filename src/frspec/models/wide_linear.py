@@ -43,12 +43,13 @@ def fp32_is_faster(dtype: torch.dtype) -> bool:
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(2048, 2048, generator=gen).to(dtype)
     x = torch.randn(2 * WIDE_ROWS, 2048, generator=gen).to(dtype)
-    half = _median_s(lambda: F.linear(x, weight))
-    wide = _median_s(lambda: F.linear(x.float(), weight.float()).to(dtype))
+    half = median_s(lambda: F.linear(x, weight))
+    wide = median_s(lambda: F.linear(x.float(), weight.float()).to(dtype))
     return wide < 0.8 * half  # a clear gain only: near a tie the half kernel stays
 
 
-def _median_s(fn, repeats: int = 3) -> float:
+def median_s(fn, repeats: int = 3) -> float:
+    """Median seconds of `repeats` calls of `fn` after one warm-up call, under inference mode."""
     with torch.inference_mode():
         fn()
         times = []
@@ -59,15 +60,17 @@ def _median_s(fn, repeats: int = 3) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def is_wide(x: torch.Tensor) -> bool:
-    """A half-precision CPU input of at least WIDE_ROWS rows, on a machine where fp32 computes it faster."""
-    return (x.dtype in HALF_DTYPES and x.device.type == "cpu" and x.dim() > 0 and x.shape[-1] > 0
-            and x.numel() // x.shape[-1] >= WIDE_ROWS and fp32_is_faster(x.dtype))
-
-
 def wide_rows(dtype: torch.dtype, device: torch.device) -> int | None:
     """From how many rows a call in `dtype` on `device` goes through fp32 here; None where it never does."""
     return WIDE_ROWS if dtype in HALF_DTYPES and device.type == "cpu" and fp32_is_faster(dtype) else None
+
+
+def is_wide(x: torch.Tensor) -> bool:
+    """An input of at least `wide_rows` rows for its dtype and device on this machine. Rows are counted first, so a
+    narrow call never asks for the measurement."""
+    if x.dim() == 0 or x.shape[-1] == 0 or x.numel() // x.shape[-1] < WIDE_ROWS:
+        return False
+    return wide_rows(x.dtype, x.device) is not None
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
