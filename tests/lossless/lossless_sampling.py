@@ -9,7 +9,7 @@ import torch
 
 from tests.lossless import decode_adapter as dec
 from tests.lossless.decode_adapter import TreeShape
-from tests.lossless.lossless_power import samples_for_tv
+from tests.lossless.lossless_power import E2E_TV, samples_for_tv
 from tests.lossless.lossless_problem import PARAMS, ROOT, V, Problem
 
 SHAPES = {
@@ -23,9 +23,15 @@ SCALE = float(os.environ.get("FRSPEC_LOSSLESS_SCALE", "1"))
 
 
 def sample_size(problem: Problem) -> int:
-    """At least 1e5, and enough that the check detects TV <= 0.01 over this problem's possible outcomes."""
+    """Enough that the check detects TV <= TARGET_TV over this problem's possible outcomes (power 0.9)."""
     cells = int((problem.reference_joint > 0).sum())
-    return max(int(SCALE * max(100_000, samples_for_tv(cells))), 1000)
+    return max(int(SCALE * samples_for_tv(cells)), 1000)
+
+
+def e2e_sample_size(reference: np.ndarray) -> int:
+    """Generations an end-to-end test draws: enough that the check detects TV <= E2E_TV over the reference's
+    possible outcomes (power 0.9)."""
+    return max(int(SCALE * samples_for_tv(int((reference > 0).sum()), E2E_TV)), 300)
 
 
 @torch.inference_mode()

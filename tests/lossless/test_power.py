@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tests.lossless.lossless_power import (
-    ALPHA, POWER, DistributionMismatch, check_distribution, chi_square_pvalue, detectable_tv, samples_for_tv,
+    ALPHA, POWER, TARGET_TV, DistributionMismatch, check_distribution, chi_square_pvalue, detectable_tv, samples_for_tv,
 )
 
 
@@ -54,7 +54,7 @@ def test_the_true_law_is_rarely_rejected():
 
 
 def test_sizes_and_zero_cells():
-    assert detectable_tv(samples_for_tv(30), 30) <= 0.01 < detectable_tv(samples_for_tv(30) // 2, 30)
+    assert detectable_tv(samples_for_tv(30), 30) <= TARGET_TV < detectable_tv(samples_for_tv(30) // 2, 30)
     p = np.array([0.5, 0.5, 0.0])
     with pytest.raises(DistributionMismatch, match="probability 0"):
         check_distribution(np.array([50, 49, 1]), p, "x")  # one impossible outcome fails, whatever the rest says

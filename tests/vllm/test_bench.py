@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from frspec.bench.vllm_runner import vllm_eagle_method
 from frspec.cli import main
 
 
@@ -43,10 +44,18 @@ def test_vllm_bench_runs_every_method_at_every_batch_size(tiny, tmp_path, monkey
     assert "Full Row vs Compact" in text and "Auto vs Best Static (same length)" in text
 
 
-@pytest.mark.parametrize("head, method, kept", [("eagle_head", "eagle", 40), ("eagle3_head", "eagle3", 20)])
-def test_vllm_bench_eagle_rows_with_and_without_the_map(tiny, tmp_path, monkeypatch, head, method, kept):
-    """--eagle HEAD: vLLM's eagle / eagle3 method over the full vocabulary and with the map, on the head's target,
-    each greedy-identical to vanilla vLLM; three prompts repeated to fill a batch of 4."""
+def test_vllm_bench_picks_the_method_of_the_eagle_heads_layout(tiny):
+    assert vllm_eagle_method(tiny.eagle_head) == "eagle"
+    assert vllm_eagle_method(tiny.eagle3_head) == "eagle3"
+
+
+def test_vllm_bench_eagle_rows_with_and_without_the_map(tiny, tmp_path, monkeypatch):
+    """--eagle HEAD: vLLM's eagle3 method over the full vocabulary and with the map (whose rows are the map's
+    intersection with the head's d2t), on the head's target, each greedy-identical to vanilla vLLM; three prompts
+    repeated to fill a batch of 4. An EAGLE-1/2 head takes the same bench path under vLLM's "eagle" method (the test
+    above); its engine, with and without the map, is tests/vllm/test_eagle.py's and test_compiled.py's. One engine
+    start with vLLM's own processes costs about 30 s here, so the bench runs one head."""
+    head, method, kept = "eagle3_head", "eagle3", 20
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("hello there", "abc def", "why?")))

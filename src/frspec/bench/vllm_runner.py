@@ -149,6 +149,13 @@ class Drafters:
         return {"method": "draft_model", "model": self.draft_dir, "num_speculative_tokens": method.num_spec_tokens}
 
 
+def vllm_eagle_method(head_dir: str | os.PathLike) -> str:
+    """vLLM's speculative method for an EAGLE head directory: "eagle3" for an EAGLE-3 layout, else "eagle"."""
+    from frspec.models.eagle_loading import eagle_version
+
+    return "eagle3" if eagle_version(head_dir) == 3 else "eagle"
+
+
 def _engine_kwargs(method: Method, target_dir: str, drafters: Drafters, dtype: str, max_model_len: int,
                    max_batch: int, seed: int, compiled: bool = False) -> dict[str, Any]:
     kwargs: dict[str, Any] = dict(model=target_dir, dtype=dtype, enforce_eager=not compiled,
@@ -412,14 +419,13 @@ def run_vllm_plan(plan: BenchPlan, say) -> tuple[str, list[Path], float]:
     drafters = Drafters(draft_dir)
     if plan.eagle:
         from frspec.bench.eagle_heads import resolve_eagle_head
-        from frspec.models.eagle_loading import eagle_version
 
         if plan.eagle_target_given is not None and Path(resolve_model_dir(plan.eagle_target_given)).resolve() != Path(
                 target_dir).resolve():
             raise FrspecError("--engine vllm runs the EAGLE rows on --target, beside its vanilla and draft rows: "
                               "give the head's target as --target (and drop --eagle-target)")
         eagle_dir = resolve_eagle_head(plan.eagle)
-        drafters = Drafters(draft_dir, str(eagle_dir), "eagle3" if eagle_version(eagle_dir) == 3 else "eagle")
+        drafters = Drafters(draft_dir, str(eagle_dir), vllm_eagle_method(eagle_dir))
     tokenizer = load_tokenizer(target_dir)
     from transformers import AutoConfig
 
