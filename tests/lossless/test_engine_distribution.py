@@ -7,7 +7,7 @@ from the target's own logits through transformers' processors. Zero-probability 
 
 Power: `e2e_sample_size` samples over the reference's live cells detect a total variation of E2E_TV = 0.1
 (power 0.9, alpha 1e-3; asserted). This is the wiring check (caches, drafter state, maps, d2t, trees inside the
-engine); the fixed-logit tests (test_verify_distribution.py) carry the 0.012 power.
+engine); the fixed-logit tests (test_verify_distribution.py) carry the 0.015 power.
 """
 
 from __future__ import annotations

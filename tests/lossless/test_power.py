@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from tests.lossless.lossless_power import (
-    ALPHA, POWER, TARGET_TV, DistributionMismatch, check_distribution, chi_square_pvalue, detectable_tv, samples_for_tv,
+    ALPHA, POWER, TARGET_TV, DistributionMismatch, check_distribution, chi_square_pvalue, detectable_tv,
+    samples_for_tv,
 )
 
 
