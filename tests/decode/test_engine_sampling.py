@@ -1,9 +1,13 @@
-"""Speculative sampling is exact: emitted tokens follow the target's own distribution, for every drafter and map.
+"""Speculative sampling at temperature 1.0 without filters, by per-position marginals over three generated tokens.
 
 The target has a 16-token vocabulary, so the exact distribution of the i-th generated token (marginalised over
 everything before it) is computed by enumerating all prefixes. Generated tokens 1..3 come from one decode step
 (drafts at positions 0 and 1, then a correction or the bonus), so their law depends on the acceptance rule; a
-chi-square test at fixed seeds compares them. A deliberately wrong rule must fail the same test.
+chi-square test at fixed seeds compares them.
+
+What this file adds to tests/lossless (which checks every drafter, map and tree shape with filtered sampling, with
+stated power and negative controls): plain sampling with no drafter, and FR-Spec at temperature 1.0 with neither
+top-k nor top-p, with a map that leaves out the target's most likely tokens.
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import frspec.decode.verify as verify
 from frspec.decode.factory import build_generator
 from frspec.decode.sampling import SamplingParams, logits_to_probs
 from frspec.vocab.token_map import TokenMap
@@ -23,7 +26,6 @@ PROMPT = [3, 1, 4]
 NEW = 4  # generated token 0 from the prefill, 1..3 from the first decode step
 RUNS = 1200
 T1 = SamplingParams(temperature=1.0)
-FILTERED = SamplingParams(temperature=0.8, top_k=10, top_p=0.9)
 
 
 @pytest.fixture(scope="module")
@@ -96,34 +98,12 @@ def test_vanilla_sampling_follows_target(models):
     assert p > 1e-3 and stats.acceptance_length == 1.0
 
 
-def test_draft_sampling_follows_target(models):
-    target, draft = models
-    p, stats = min_pvalue(build_generator(target, draft, num_spec_tokens=3), T1, target)
-    assert p > 1e-3
-    rates = stats.acceptance_rate_per_position[:2]
-    assert all(0.05 < r < 0.95 for r in rates), rates  # both accept and reject paths were exercised
-
-
-@pytest.mark.parametrize("params", [T1, FILTERED], ids=["t1", "filtered"])
-def test_frspec_sampling_follows_target_even_for_tokens_outside_the_map(models, params):
-    target, draft = models
-    token_map = map_without_top_tokens(target, params)
-    p, stats = min_pvalue(build_generator(target, draft, token_map, num_spec_tokens=3), params, target)
-    assert p > 1e-3
-    assert 0 < sum(stats.accepted_per_position) < sum(stats.proposed_per_position)
-
-
-def _wrong_rule_resample_from_p(p, r):
-    """Negative control: on rejection sample from p instead of the residual max(p - q, 0)."""
-    return p
-
-
-def test_the_statistical_test_rejects_a_wrong_acceptance_rule(models, monkeypatch):
+def test_frspec_sampling_follows_target_even_for_tokens_outside_the_map(models):
     target, draft = models
     token_map = map_without_top_tokens(target, T1)
-    monkeypatch.setattr(verify, "_residual", _wrong_rule_resample_from_p)
-    p, _ = min_pvalue(build_generator(target, draft, token_map, num_spec_tokens=3), T1, target)
-    assert p < 1e-6
+    p, stats = min_pvalue(build_generator(target, draft, token_map, num_spec_tokens=3), T1, target)
+    assert p > 1e-3
+    assert 0 < sum(stats.accepted_per_position) < sum(stats.proposed_per_position)
 
 
 def test_seeded_sampling_is_reproducible(models):

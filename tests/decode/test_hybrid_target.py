@@ -62,3 +62,27 @@ def test_tree_nodes_see_only_their_own_path(target):
         torch.testing.assert_close(windows[node], path_windows[step], rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(states[node], path_states[step], rtol=1e-5, atol=1e-6)
     assert not torch.allclose(states[1], states[2])  # siblings differ: the test compares something
+
+
+@torch.no_grad()
+def test_dropping_the_nodes_leaves_the_cache_as_it_was(target):
+    """drop_hybrid_nodes (how the step-cost measurement undoes a timed forward) restores the cache: a chain verified
+    after a dropped one gets the logits it gets on the untouched cache."""
+    from frspec.decode.hybrid_target import drop_hybrid_nodes, hybrid_target_forward
+    from frspec.decode.kv_cache import enable_rollback
+    from frspec.decode.token_tree import TokenTree
+
+    def cache_after_prompt():
+        cache = new_cache(target)
+        target(input_ids=torch.tensor([PROMPT]), cache=cache, use_cache=True)
+        enable_rollback(cache)
+        return cache
+
+    past = len(PROMPT)
+    chain = TokenTree.chain(7, [3, 9, 1])
+    want, _ = hybrid_target_forward(target, chain, cache_after_prompt(), past, None)
+    cache = cache_after_prompt()
+    _, record = hybrid_target_forward(target, TokenTree.chain(2, [5, 11]), cache, past, None)
+    drop_hybrid_nodes(cache, past, record)
+    got, _ = hybrid_target_forward(target, chain, cache, past, None)
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-5, atol=1e-6)

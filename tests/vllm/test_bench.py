@@ -1,5 +1,7 @@
 """`frspec bench --engine vllm` end to end on tiny models: vanilla, draft and FR-Spec engines at two batch sizes,
-greedy identity against vanilla vLLM, FR-Spec active in the engine that has the map and only there."""
+greedy identity against vanilla vLLM, FR-Spec active in the engine that has the map and only there. The engines run
+in this process (conftest.py), one after another as the bench starts them, so an engine with the map follows engines
+without it in the same process (the plugin must still be active there); vLLM's own processes are test_serve.py's."""
 
 import json
 
@@ -9,8 +11,7 @@ from frspec.bench.vllm_runner import vllm_eagle_method
 from frspec.cli import main
 
 
-def test_vllm_bench_runs_every_method_at_every_batch_size(tiny, tmp_path, monkeypatch):
-    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")  # vLLM's own processes, as users run it
+def test_vllm_bench_runs_every_method_at_every_batch_size(tiny, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("hello there", "abc def", "why?")))
     out = tmp_path / "out"
@@ -49,14 +50,12 @@ def test_vllm_bench_picks_the_method_of_the_eagle_heads_layout(tiny):
     assert vllm_eagle_method(tiny.eagle3_head) == "eagle3"
 
 
-def test_vllm_bench_eagle_rows_with_and_without_the_map(tiny, tmp_path, monkeypatch):
+def test_vllm_bench_eagle_rows_with_and_without_the_map(tiny, tmp_path):
     """--eagle HEAD: vLLM's eagle3 method over the full vocabulary and with the map (whose rows are the map's
     intersection with the head's d2t), on the head's target, each greedy-identical to vanilla vLLM; three prompts
     repeated to fill a batch of 4. An EAGLE-1/2 head takes the same bench path under vLLM's "eagle" method (the test
-    above); its engine, with and without the map, is tests/vllm/test_eagle.py's and test_compiled.py's. One engine
-    start with vLLM's own processes costs about 30 s here, so the bench runs one head."""
+    above); its engine, with and without the map, is tests/vllm/test_eagle.py's and test_compiled.py's."""
     head, method, kept = "eagle3_head", "eagle3", 20
-    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("hello there", "abc def", "why?")))
     out = tmp_path / "out"

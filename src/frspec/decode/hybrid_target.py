@@ -170,13 +170,24 @@ def keep_hybrid_path(cache, start: int, path: Sequence[int], record: LinearState
     """Keep the accepted path: attention layers keep entries [0, start) then start + path; linear layers take the
     window and state after the path's last node."""
     last = path[-1]
-    keep = torch.as_tensor(list(path), dtype=torch.long)
     for i, layer in enumerate(cache.layers):
         if i in record.states:
             layer.conv_states[0] = record.windows[i][last][None].clone()
             layer.recurrent_states[0].copy_(record.states[i][last][None])
-            continue
-        if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+    _keep_attention_entries(cache, start, path, record)
+
+
+def drop_hybrid_nodes(cache, start: int, record: LinearStates) -> None:
+    """Undo `hybrid_target_forward` (the step-cost measurement times it, decode/step_costs.py): attention layers
+    back to their first `start` entries; the linear layers, which it left as they were, keep their state."""
+    _keep_attention_entries(cache, start, [], record)
+
+
+def _keep_attention_entries(cache, start: int, path: Sequence[int], record: LinearStates) -> None:
+    """Attention layers keep entries [0, start) then start + path; the linear layers (in `record`) are skipped."""
+    keep = torch.as_tensor(list(path), dtype=torch.long)
+    for i, layer in enumerate(cache.layers):
+        if i in record.states or getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             continue
         if is_prefix_path(path):
             layer.keys = layer.keys[:, :, : start + len(path)]

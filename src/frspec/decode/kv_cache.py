@@ -10,6 +10,7 @@ otherwise the entries are gathered, which plain full-attention layers (`DynamicL
 
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 from typing import Sequence
 
@@ -30,8 +31,25 @@ def enable_rollback(cache: DynamicCache) -> None:
 
     Call after the prefill, as transformers' own assisted decoding does: turning it on earlier would keep the whole
     prompt's states in layers that would otherwise drop most of them. A no-op for plain full-attention caches.
+
+    Linear-attention layers are asked to keep no intermediate recurrent states: a hybrid target's verification
+    forward records its own per-node states and restores the accepted one (hybrid_target.py). transformers 5.25
+    added that count (`recurrent_states_to_keep`) and reads it in every multi-token forward once recording is on; its
+    default, None, fails there, so it is set to 0 wherever the installed transformers takes it.
     """
-    cache.activate_past_recording()
+    if "recurrent_states_to_keep" in _keyword_names(cache.activate_past_recording):
+        cache.activate_past_recording(recurrent_states_to_keep=0)
+    else:
+        cache.activate_past_recording()
+
+
+def _keyword_names(fn) -> set[str]:
+    """The keyword arguments `fn` accepts by name ("recurrent_states_to_keep" too when it takes **kwargs)."""
+    params = inspect.signature(fn).parameters.values()
+    names = {p.name for p in params}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        names.add("recurrent_states_to_keep")
+    return names
 
 
 def cache_length(cache: DynamicCache) -> int:

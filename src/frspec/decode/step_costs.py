@@ -244,18 +244,32 @@ def measure_row_costs_by_context(model: torch.nn.Module, rows: Iterable[int], co
     `REAL_PREFIX` tokens are run through the model and the rest of each layer's keys and values are random
     (`_grow_cache`): a forward's cost depends on the cache's shape, not its values, and a real prefill of 2048
     tokens takes minutes where bf16 has no fast kernel (7 tokens/s on an AVX2-only EPYC). Other caches (sliding
-    window, linear attention) are prefilled for real, once in all.
+    window, linear attention) are prefilled for real, once in all. A hybrid target (linear-attention layers) is
+    timed through the per-node forward the engine verifies with (decode/hybrid_target.py), not its chunked kernel.
     `later_rows`: the row counts timed at the contexts after the shortest (default `rows`; fewer keep the
     measurement short: the cost model interpolates in rows, decode/step_costs.py)."""
+    from frspec.decode.hybrid_target import drop_hybrid_nodes, hybrid_target_forward, is_hybrid
     from frspec.decode.kv_cache import enable_rollback, new_cache, truncate_cache
+    from frspec.decode.token_tree import TokenTree
 
     device = next(model.parameters()).device
     vocab = int(model.config.vocab_size)
     gen = torch.Generator().manual_seed(0)
     rows = list(rows)
     later_rows = rows if later_rows is None else list(later_rows)
+    hybrid = is_hybrid(model)
     cache = new_cache(model)
     length, out = 0, {}
+
+    def forward(ids: torch.Tensor, context: int):
+        """The target's forward over `ids` after `context` cached tokens, as the engine runs a chain of that many
+        rows (a hybrid target: per node, decode/hybrid_target.py); returns what cuts the cache back."""
+        if hybrid:
+            tree = TokenTree.chain(int(ids[0, 0]), ids[0, 1:].tolist())
+            _, record = hybrid_target_forward(model, tree, cache, context, None)
+            return lambda: drop_hybrid_nodes(cache, context, record)
+        model(input_ids=ids, cache=cache, use_cache=True)
+        return lambda: truncate_cache(cache, context)
     for context in sorted(set(int(c) for c in contexts)):
         if context < 1:
             raise FrspecError(f"a context length must be >= 1, got {context}")
@@ -273,9 +287,7 @@ def measure_row_costs_by_context(model: torch.nn.Module, rows: Iterable[int], co
             # slow (kernel choice, allocations), and a one-row cost inflated by them would make plain decoding
             # look dear. (tune's rounds after its first call none: measure.py.)
             for n in (rows if warmup > 0 else ()):
-                model(input_ids=torch.randint(0, vocab, (1, n), generator=gen).to(device), cache=cache,
-                      use_cache=True)
-                truncate_cache(cache, context)
+                forward(torch.randint(0, vocab, (1, n), generator=gen).to(device), context)()
         # Interleaved rounds (every row count once per round, the median per row count): a slow spell of another
         # process slows one round of all row counts, not a few row counts' every repeat, so the curve's shape,
         # which the controller decides by, survives it.
@@ -285,11 +297,11 @@ def measure_row_costs_by_context(model: torch.nn.Module, rows: Iterable[int], co
         for i in range(warmup + repeats):
             for n in counts:
                 start = time.perf_counter()
-                model(input_ids=ids[n], cache=cache, use_cache=True)
+                undo = forward(ids[n], context)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 if i >= warmup:
                     times[n].append(time.perf_counter() - start)
-                truncate_cache(cache, context)
+                undo()
         out[context] = {n: sorted(t)[len(t) // 2] for n, t in times.items()}
     return out
