@@ -104,13 +104,16 @@ def _apply_control(control: str, variant: str):
     filtered, unfiltered = _draft_tables(variant)
 
     def source(r: torch.Tensor) -> tuple[int, torch.Tensor]:
-        """(context, removed siblings) of a sibling proposal r = q with earlier siblings removed, renormalised."""
+        """(context, removed siblings) of a sibling proposal r = q with earlier siblings removed, renormalised: the
+        first context whose q is positive on r's support and, renormalised there, equals r (all contexts at once)."""
         live = r > 0
-        for c in range(filtered.shape[0]):
-            q = filtered[c]
-            if bool((q[live] > 0).all()) and torch.allclose(r[live], q[live] / q[live].sum(), atol=1e-6):
-                return c, (q > 0) & ~live
-        raise AssertionError("a residual proposal that matches no draft distribution")
+        q = filtered[:, live]
+        renormalised = q / q.sum(-1, keepdim=True).clamp_min(1e-300)
+        match = (q > 0).all(-1) & ((renormalised - r[live].double()).abs() <= 1e-6 + 1e-5 * renormalised.abs()).all(-1)
+        if not bool(match.any()):
+            raise AssertionError("a residual proposal that matches no draft distribution")
+        c = int(match.nonzero()[0])
+        return c, (filtered[c] > 0) & ~live
 
     if control == "not_renormalised" and "sibling_proposal" in dec.PIECES:
         return dec.replace_piece("sibling_proposal", lambda q_remaining: q_remaining)  # the bug itself
