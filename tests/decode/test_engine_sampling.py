@@ -7,7 +7,8 @@ chi-square test at fixed seeds compares them.
 
 What this file adds to tests/lossless (which checks every drafter, map and tree shape with filtered sampling, with
 stated power and negative controls): plain sampling with no drafter, and FR-Spec at temperature 1.0 with neither
-top-k nor top-p, with a map that leaves out the target's most likely tokens.
+top-k nor top-p, with a map that leaves out the target's most likely tokens. A deliberately wrong rule must fail the
+same test.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import frspec.decode.verify as verify
 from frspec.decode.factory import build_generator
 from frspec.decode.sampling import SamplingParams, logits_to_probs
 from frspec.vocab.token_map import TokenMap
@@ -104,6 +106,21 @@ def test_frspec_sampling_follows_target_even_for_tokens_outside_the_map(models):
     p, stats = min_pvalue(build_generator(target, draft, token_map, num_spec_tokens=3), T1, target)
     assert p > 1e-3
     assert 0 < sum(stats.accepted_per_position) < sum(stats.proposed_per_position)
+
+
+def _wrong_rule_resample_from_p(p, r):
+    """Negative control: on rejection sample from p instead of the residual max(p - q, 0)."""
+    return p
+
+
+def test_the_statistical_test_rejects_a_wrong_acceptance_rule(models, monkeypatch):
+    """The per-position check (also test_engine_trees.py's and test_context_drafter.py's) at this size fails a wrong
+    rule."""
+    target, draft = models
+    token_map = map_without_top_tokens(target, T1)
+    monkeypatch.setattr(verify, "_residual", _wrong_rule_resample_from_p)
+    p, _ = min_pvalue(build_generator(target, draft, token_map, num_spec_tokens=3), T1, target)
+    assert p < 1e-6
 
 
 def test_seeded_sampling_is_reproducible(models):
