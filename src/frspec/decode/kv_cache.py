@@ -37,19 +37,11 @@ def enable_rollback(cache: DynamicCache) -> None:
     added that count (`recurrent_states_to_keep`) and reads it in every multi-token forward once recording is on; its
     default, None, fails there, so it is set to 0 wherever the installed transformers takes it.
     """
-    if "recurrent_states_to_keep" in _keyword_names(cache.activate_past_recording):
+    params = inspect.signature(cache.activate_past_recording).parameters.values()
+    if any(p.name == "recurrent_states_to_keep" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         cache.activate_past_recording(recurrent_states_to_keep=0)
     else:
         cache.activate_past_recording()
-
-
-def _keyword_names(fn) -> set[str]:
-    """The keyword arguments `fn` accepts by name ("recurrent_states_to_keep" too when it takes **kwargs)."""
-    params = inspect.signature(fn).parameters.values()
-    names = {p.name for p in params}
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        names.add("recurrent_states_to_keep")
-    return names
 
 
 def cache_length(cache: DynamicCache) -> int:
