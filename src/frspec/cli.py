@@ -69,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _log_to_stderr()
+    if getattr(args, "no_progress", False):
+        from frspec.progress import hide_progress_bars
+
+        hide_progress_bars()
     try:
         result = args.func(args)
     except FrspecError as e:

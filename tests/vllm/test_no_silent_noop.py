@@ -53,3 +53,38 @@ def test_register_refuses_a_vllm_without_a_symbol_it_uses(tiny, monkeypatch):
         frspec.vllm_plugin.register()
     message = str(err.value)
     assert f"vLLM {vllm_version()}" in message and moved.name in message and "\n" not in message
+
+
+def test_a_map_set_after_the_first_engine_of_a_process_reaches_the_next_engine(tiny, monkeypatch):
+    """vLLM calls the plugin's register() once per process, when its first engine starts. A program whose first
+    engine has no map and a later one has (in-process engines) must get FR-Spec in the later one without calling
+    register() itself: the one hook installed without a map installs the rest when it sees the map."""
+    import importlib
+
+    import vllm.plugins
+    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+
+    import frspec.vllm_plugin
+    from frspec.bench.vllm_runner import _drafter_rows
+    from frspec.vllm_plugin import internals
+
+    # This process as vLLM leaves it before its first engine: none of the plugin's hooks in place.
+    for symbol in internals.SYMBOLS:
+        if not symbol.use.startswith("hook:"):
+            continue
+        owner_path, _, name = symbol.path.rpartition(".")
+        owner = internals.get(symbol.module, owner_path) if owner_path else importlib.import_module(symbol.module)
+        method = vars(owner).get(name)
+        if getattr(method, "_frspec_hooked", False):
+            monkeypatch.setattr(owner, name, method.__wrapped__)
+    monkeypatch.delenv("FRSPEC_TOKEN_MAP", raising=False)
+    frspec.vllm_plugin.register()  # the first engine's start, without a map...
+    monkeypatch.setattr(vllm.plugins, "plugins_loaded", True)  # ...after which vLLM does not call it again
+    assert not getattr(BaseModelLoader.load_model, "_frspec_hooked", False)  # so only the watch can bring FR-Spec
+
+    spec = {"method": "draft_model", "model": tiny.draft, "num_speculative_tokens": 2}
+    llm = start_llm(tiny.target, spec, tiny.token_map)  # sets the map the way users do, then starts the engine
+    try:
+        assert [r for r in llm.collective_rpc(_drafter_rows) if r is not None] == [40]
+    finally:
+        stop_llm(llm)

@@ -200,14 +200,12 @@ def start_llm(target: str, speculative_config: dict | None, token_map: str | Non
     FR-Spec on iff `token_map` (set the way users do: the env var)."""
     from vllm import LLM
 
-    import frspec.vllm_plugin
-
     if token_map is None:
         os.environ.pop("FRSPEC_TOKEN_MAP", None)
     else:
         os.environ["FRSPEC_TOKEN_MAP"] = token_map
-    # vLLM registered the plugin when this process made its first engine; with a map now set, hook it in (idempotent).
-    frspec.vllm_plugin.register()
+    # No register() here: vLLM registered the plugin when this process made its first engine, perhaps without a map,
+    # and the plugin must pick up a map set since then by itself, as it does for users.
     return LLM(model=target, dtype="float32", enforce_eager=enforce_eager, speculative_config=speculative_config,
                max_model_len=256, max_num_seqs=8, seed=0, distributed_executor_backend="uni", **kwargs)
 

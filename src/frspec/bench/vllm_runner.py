@@ -195,13 +195,6 @@ def run_engine(method: Method, round_: int, kwargs: dict[str, Any], map_file: st
     os.environ[V1_COMPACT_ENV] = "0" if method.vllm_full_row else "1"
     if method.auto:
         os.environ[MAP_SIZE_ENV] = "auto"
-    if map_file is not None:
-        # vLLM calls a plugin's register() once per process, when its first engine starts. Engines started after one
-        # without a map in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) would come up without FR-Spec, so hook it
-        # in now (idempotent; engine and worker processes vLLM starts register it themselves).
-        from frspec.vllm_plugin import register
-
-        register()
     start = time.perf_counter()
     llm = LLM(**kwargs)
     try:

