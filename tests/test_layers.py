@@ -1,7 +1,7 @@
 """The package layers, enforced: each module imports only from its own layer or below, and no modules import
 each other in a cycle (function-level imports included; only `if TYPE_CHECKING:` blocks are exempt).
 
-    errors, io, paths  ->  vocab  ->  models  ->  decode  ->  {bench, tune, train, vllm_plugin}  ->  commands  ->  cli
+    errors, io, paths, progress  ->  vocab  ->  models  ->  decode  ->  {bench, tune, train, vllm_plugin}  ->  commands  ->  cli
     (frspec/__init__.py and __main__.py sit on top)
 """
 
@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "frspec"
 
 LAYERS = [
-    {"errors", "io", "paths"},
+    {"errors", "io", "paths", "progress"},
     {"vocab"},
     {"models"},
     {"decode"},

@@ -48,7 +48,7 @@ def register() -> None:
     from frspec.vllm_plugin.worker_check import hook_runner_loading
 
     internals.check_vllm()
-    hook_engine_config()
+    hook_engine_config(register)
     hook_model_loading()
     hook_runner_loading()
     if context_setting() is not None or auto:
@@ -64,4 +64,4 @@ def _watch_for_a_later_map() -> None:
 
     hook_point = [symbol for symbol in internals.SYMBOLS if symbol.path == "EngineArgs.create_engine_config"]
     if internals.missing_symbol(hook_point) is None:
-        hook_engine_config()
+        hook_engine_config(register)

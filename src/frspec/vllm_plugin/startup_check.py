@@ -4,7 +4,7 @@ starts or any request runs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from frspec.errors import FrspecError
 from frspec.vllm_plugin import internals
@@ -87,8 +87,9 @@ def check_map_fits_target(model_config: Any) -> TokenMap:
     return token_map
 
 
-def hook_engine_config() -> None:
-    """Run `check_engine_config` on every configuration EngineArgs creates while a map is configured (idempotent).
+def hook_engine_config(install_for_a_map: Callable[[], None]) -> None:
+    """Run `check_engine_config` on every configuration EngineArgs creates while a map is configured, after
+    `install_for_a_map` (the plugin's `register`; idempotent).
 
     Installed even without a map (the only hook that is): vLLM calls `register()` once per process, when its first
     engine starts, so in a program that runs engines in its own process and sets the map only for a later one, this
@@ -99,9 +100,7 @@ def hook_engine_config() -> None:
         def create_engine_config(self, *args, **kwargs):
             config = original(self, *args, **kwargs)
             if token_map_path() is not None:
-                from frspec.vllm_plugin import register
-
-                register()  # idempotent: installs (and checks for) the hooks a map needs if this process lacks them
+                install_for_a_map()  # register(), idempotent: the hooks a map needs, if this process lacks them
                 check_engine_config(config)
             return config
 
