@@ -57,8 +57,8 @@ def register() -> None:
 
 def _watch_for_a_later_map() -> None:
     """Without a map: hook engine-config creation, so a map set later in this process reaches that engine. A vLLM
-    without that hook point is left alone here (no map, nothing asked of it); `register()` refuses it once a map is
-    set."""
+    without that hook point is left alone (no map: nothing was asked of it); `register()` refuses it whenever vLLM
+    calls it with a map set."""
     from frspec.vllm_plugin import internals
     from frspec.vllm_plugin.startup_check import hook_engine_config
 
