@@ -59,8 +59,6 @@ def test_a_map_set_after_the_first_engine_of_a_process_reaches_the_next_engine(t
     """vLLM calls the plugin's register() once per process, when its first engine starts. A program whose first
     engine has no map and a later one has (in-process engines) must get FR-Spec in the later one without calling
     register() itself: the one hook installed without a map installs the rest when it sees the map."""
-    import importlib
-
     import vllm.plugins
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
@@ -72,8 +70,7 @@ def test_a_map_set_after_the_first_engine_of_a_process_reaches_the_next_engine(t
     for symbol in internals.SYMBOLS:
         if not symbol.use.startswith("hook:"):
             continue
-        owner_path, _, name = symbol.path.rpartition(".")
-        owner = internals.get(symbol.module, owner_path) if owner_path else importlib.import_module(symbol.module)
+        owner, name = internals.hook_owner(symbol.module, symbol.path)
         method = vars(owner).get(name)
         if getattr(method, "_frspec_hooked", False):
             monkeypatch.setattr(owner, name, method.__wrapped__)

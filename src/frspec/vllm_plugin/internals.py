@@ -154,10 +154,15 @@ def get(module: str, path: str) -> Any:
     return _lookup(Symbol(module, path, ""), importlib.import_module)
 
 
+def hook_owner(module: str, path: str) -> tuple[Any, str]:
+    """The class (or module) that holds the method at a hook point, and the method's name."""
+    owner_path, _, name = path.rpartition(".")
+    return (get(module, owner_path) if owner_path else importlib.import_module(module)), name
+
+
 def patch_method(module: str, path: str, make: Callable[[Callable], Callable]) -> None:
     """Replace the method at a hook point by `make(original)` (idempotent: a hooked method is left as it is)."""
-    owner_path, _, name = path.rpartition(".")
-    owner = get(module, owner_path) if owner_path else importlib.import_module(module)
+    owner, name = hook_owner(module, path)
     original = getattr(owner, name)
     if getattr(original, "_frspec_hooked", False) and name in vars(owner):
         return
