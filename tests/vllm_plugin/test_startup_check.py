@@ -85,3 +85,26 @@ def test_an_automatic_map_size_is_refused_where_it_cannot_change_between_steps(m
     with pytest.raises(FrspecError, match=f"FRSPEC_TOKEN_MAP_SIZE=auto.*{words}") as err:
         check_engine_config(config)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("hook_point_present", [True, False])
+def test_without_a_map_register_watches_for_a_later_one_or_says_it_cannot(monkeypatch, caplog, hook_point_present):
+    """vLLM calls register() once per process: without a map it hooks engine-config creation so that a map set
+    before a later engine of the process is applied; a vLLM without that hook point gets a warning instead of an
+    engine that silently runs without FR-Spec."""
+    import frspec.vllm_plugin as plugin
+    from frspec.vllm_plugin import internals, startup_check
+
+    monkeypatch.delenv("FRSPEC_TOKEN_MAP", raising=False)
+    hooked = []
+    monkeypatch.setattr(startup_check, "hook_engine_config", hooked.append)
+    moved = "vllm.engine.arg_utils:EngineArgs.create_engine_config"
+    monkeypatch.setattr(internals, "missing_symbol", lambda symbols=None: None if hook_point_present else moved)
+    with caplog.at_level("WARNING", logger="vllm.frspec"):
+        plugin.register()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    if hook_point_present:
+        assert hooked == [plugin.register] and warnings == []
+    else:
+        assert hooked == []
+        assert len(warnings) == 1 and moved in warnings[0] and "FRSPEC_TOKEN_MAP" in warnings[0]

@@ -57,11 +57,18 @@ def register() -> None:
 
 def _watch_for_a_later_map() -> None:
     """Without a map: hook engine-config creation, so a map set later in this process reaches that engine. A vLLM
-    without that hook point is left alone (no map: nothing was asked of it); `register()` refuses it whenever vLLM
-    calls it with a map set."""
+    without that hook point is left running (no map: nothing was asked of it), with one warning that a map set
+    later in this process would not be seen; `register()` refuses it whenever vLLM calls it with a map set."""
     from frspec.vllm_plugin import internals
+    from frspec.vllm_plugin.settings import logger
     from frspec.vllm_plugin.startup_check import hook_engine_config
 
     hook_point = [symbol for symbol in internals.SYMBOLS if symbol.path == "EngineArgs.create_engine_config"]
-    if internals.missing_symbol(hook_point) is None:
+    missing = internals.missing_symbol(hook_point)
+    if missing is None:
         hook_engine_config(register)
+    else:
+        # vLLM calls register() once per process: an engine of this process started after a map is set would run
+        # without FR-Spec, and nothing else would say so.
+        logger.warning("FR-Spec: this vLLM lacks %s, so a token map set after this point in this process is not "
+                       "applied; set FRSPEC_TOKEN_MAP before the process starts its first engine", missing)
