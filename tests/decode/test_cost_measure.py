@@ -120,11 +120,19 @@ def test_the_measurement_has_per_context_tables_for_target_and_draft_model(pair)
     assert costs.target_costs == costs.target_by_context[32]  # the flat tables are the shortest context's
     assert set(costs.draft_base_by_context) == {32, 128, 512}
     assert costs.draft_base_by_context[32][1] == pytest.approx(costs.draft_base_costs[1])
-    # The draft model's forward over 64 rows too (catching up after plain steps), in every context's table.
-    assert sorted(costs.draft_base_costs) == [1, cost_measure.CATCH_UP_ROWS]
-    assert all(sorted(t) == [1, cost_measure.CATCH_UP_ROWS] for t in costs.draft_base_by_context.values())
+    # The draft model's forward over 64 rows too (catching up after plain steps) and over 512 and 1024 (a long
+    # prompt's prefill), in every context's table, never cheaper for more rows.
+    widths = [1, cost_measure.CATCH_UP_ROWS, *cost_measure.PREFILL_ROWS]
+    assert sorted(costs.draft_base_costs) == widths
+    assert all(sorted(t) == widths for t in costs.draft_base_by_context.values())
     assert costs.catch_up_s(cost_measure.CATCH_UP_ROWS, 32) == pytest.approx(
         costs.draft_base_costs[cost_measure.CATCH_UP_ROWS] - costs.draft_base_costs[1])
+    assert [costs.draft_base_costs[n] for n in widths] == sorted(costs.draft_base_costs[n] for n in widths)
+    # Beyond the longest width, a prefill goes on along the line through the two longest, not through 1 and 64.
+    a, b = cost_measure.PREFILL_ROWS
+    per_row = (costs.draft_base_costs[b] - costs.draft_base_costs[a]) / (b - a)
+    assert costs.catch_up_s(3 * b, 32) == pytest.approx(
+        max(costs.draft_base_costs[b] + per_row * 2 * b, costs.draft_base_costs[b]) - costs.draft_base_costs[1])
     assert StepCosts.from_dict(json.loads(json.dumps(costs.to_dict()))).to_dict() == costs.to_dict()
 
 
@@ -141,13 +149,21 @@ def test_a_draft_model_whose_wide_calls_go_through_fp32_is_timed_on_both_sides_o
         wide_linear.use_wide_linears(draft)
         costs = measure_step_costs(target, DraftModelDrafter(draft), sizes=(VOCAB,), max_rows=3, contexts=(32,))
         bend = wide_linear.WIDE_ROWS
-        assert sorted(costs.draft_base_costs) == [1, bend - 1, bend, cost_measure.CATCH_UP_ROWS]
+        assert sorted(costs.draft_base_costs) == [1, bend - 1, bend, cost_measure.CATCH_UP_ROWS,
+                                                  *cost_measure.PREFILL_ROWS]
         assert f"fp32 from {bend} rows" in model_identity(draft)
         monkeypatch.setenv(wide_linear.ENV, "0")
         wide_linear.fp32_is_faster.cache_clear()
         assert "fp32 from" not in model_identity(draft)
     finally:
         wide_linear.fp32_is_faster.cache_clear()
+
+
+def test_a_draft_model_is_timed_over_a_prefill_only_as_long_as_its_positions_allow(pair):
+    target, draft = pair
+    draft.config.max_position_embeddings = 600
+    costs = measure_step_costs(target, DraftModelDrafter(draft), sizes=(VOCAB,), max_rows=3, contexts=(32,))
+    assert sorted(costs.draft_base_costs) == [1, cost_measure.CATCH_UP_ROWS, 512]  # 1024 rows would not fit
 
 
 def test_contexts_are_those_the_models_positions_allow(pair):

@@ -3,8 +3,9 @@
 A short measurement (decode/step_costs.py's model): the target's forward over 1..max_rows rows after contexts of
 128, 512 and 2048 tokens (`CONTEXTS`, those the models' positions allow; one growing random prefix, so 2048
 tokens are prefilled once in all), a draft model's one-row forward at the same contexts and its forward over
-`CATCH_UP_ROWS` rows (what catching up after plain steps, or prefilling a prompt, costs it; on both sides of the
-row count where its calls start going through fp32, models/wide_linear.py, too), the drafter's LM head at
+`CATCH_UP_ROWS` rows (what catching up after plain steps costs it; on both sides of the row count where its calls
+start going through fp32, models/wide_linear.py, too) and over `PREFILL_ROWS` rows (prefilling a prompt, whose
+cost per row grows with its length), the drafter's LM head at
 each map size the controller may choose, and two short engine runs (plain and speculative, after a warm-up, at the
 shortest context) for the draft forward and the per-step overheads as the engine really spends them. The
 controller then reads the costs at each request's current context (prompt + generated tokens). A few seconds for
@@ -47,11 +48,14 @@ from frspec.paths import cache_dir
 
 log = logging.getLogger(__name__)  # the `frspec` command prints its records on stderr (cli.py)
 
-CACHE_VERSION = 4  # 2: per-context target and draft costs; the drafter head's weight format in the key; 3: a draft
-# model's forward over CATCH_UP_ROWS rows; 4: wide half-precision calls through fp32 (models/wide_linear.py)
+CACHE_VERSION = 5  # 2: per-context target and draft costs; the drafter head's weight format in the key; 3: a draft
+# model's forward over CATCH_UP_ROWS rows; 4: wide half-precision calls through fp32 (models/wide_linear.py);
+# 5: a draft model's forward over PREFILL_ROWS rows
 # A draft model is also timed over this many rows at once: what it pays to catch up after plain steps or to prefill
 # a prompt (StepCosts.catch_up_s), which the controller weighs before drafting (decode/controller.py).
 CATCH_UP_ROWS = 64
+# ... and, once each, over these many (a long prompt's prefill; beyond the longest the curve goes on linearly).
+PREFILL_ROWS = (512, 1024)
 # Context lengths the target's (and a draft model's) forwards are timed after: a short prompt, a long one, a long
 # document (the controller interpolates in between and extrapolates beyond, decode/step_costs.py).
 CONTEXTS = (128, 512, 2048)
@@ -213,8 +217,16 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
         knee = wide_linear_rows(like.dtype, like.device)
         widths = sorted({1, wide_rows, *((knee - 1, knee) if knee and 2 < knee < wide_rows else ())})
         wide = measure_row_costs_by_context(body, widths, [base], repeats=2, warmup=1)[base]
+        # A prompt's prefill costs more per row the longer it is (each row attends over the rows before it): a
+        # line through 1 and 64 rows put a 0.5B drafter's prefill over a 3,754-token prompt at 8.7 s where it took
+        # 19.8 s (AVX512 EPYC, bf16). Longer widths, once each (the kernels are warm by now), extend the curve.
+        longer = [n for n in PREFILL_ROWS if n > wide_rows and (limit is None or n <= limit - base - 1)]
+        if longer:
+            wide.update(measure_row_costs_by_context(body, longer, [base], repeats=1, warmup=0)[base])
+            widths += longer
+        extra = 0.0
         for n in widths[1:]:
-            extra = max(wide[n] - wide[1], 0.0)
+            extra = max(wide[n] - wide[1], extra)  # never less for more rows: a noisy pair must not bend it down
             draft_base[n] = per_forward + extra
             for per_width in draft_by_context.values():
                 per_width[n] = per_width[1] + extra
