@@ -88,21 +88,21 @@ def test_an_automatic_map_size_is_refused_where_it_cannot_change_between_steps(m
 
 
 @pytest.mark.parametrize("hook_point_present", [True, False])
-def test_without_a_map_register_watches_for_a_later_one_or_says_it_cannot(monkeypatch, caplog, hook_point_present):
+def test_without_a_map_register_watches_for_a_later_one_or_says_it_cannot(monkeypatch, hook_point_present):
     """vLLM calls register() once per process: without a map it hooks engine-config creation so that a map set
     before a later engine of the process is applied; a vLLM without that hook point gets a warning instead of an
     engine that silently runs without FR-Spec."""
     import frspec.vllm_plugin as plugin
-    from frspec.vllm_plugin import internals, startup_check
+    from frspec.vllm_plugin import internals, settings, startup_check
 
     monkeypatch.delenv("FRSPEC_TOKEN_MAP", raising=False)
-    hooked = []
+    hooked, warnings = [], []
     monkeypatch.setattr(startup_check, "hook_engine_config", hooked.append)
     moved = "vllm.engine.arg_utils:EngineArgs.create_engine_config"
     monkeypatch.setattr(internals, "missing_symbol", lambda symbols=None: None if hook_point_present else moved)
-    with caplog.at_level("WARNING", logger="vllm.frspec"):
-        plugin.register()
-    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    # The plugin's logger, recorded directly: vLLM's logging setup stops its records from reaching pytest's capture.
+    monkeypatch.setattr(settings, "logger", SimpleNamespace(warning=lambda fmt, *args: warnings.append(fmt % args)))
+    plugin.register()
     if hook_point_present:
         assert hooked == [plugin.register] and warnings == []
     else:
