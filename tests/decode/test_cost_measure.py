@@ -159,6 +159,37 @@ def test_a_draft_model_whose_wide_calls_go_through_fp32_is_timed_on_both_sides_o
         wide_linear.fp32_is_faster.cache_clear()
 
 
+def test_only_the_prefill_widths_are_kept_from_bending_the_catch_up_curve_down(monkeypatch):
+    """Across the fp32 bend more rows may cost less (32 rows through fp32 against 31 in bf16) and stay so; a prefill
+    width timed below the widest short one, or below a shorter prefill width, is noise and is raised to it."""
+    from frspec.models import wide_linear
+
+    monkeypatch.setenv(wide_linear.ENV, "1")
+    wide_linear.fp32_is_faster.cache_clear()
+    bend = wide_linear.WIDE_ROWS
+    timed = {1: 0.1, bend - 1: 3.0, bend: 1.0, cost_measure.CATCH_UP_ROWS: 2.0, 512: 1.5, 1024: 6.0}
+    real = cost_measure.measure_row_costs_by_context
+
+    def draft_widths_timed_as_above(model, rows, contexts, *args, **kwargs):
+        rows = list(rows)
+        if model is draft.model and len(list(contexts)) == 1 and max(rows) >= bend - 1:
+            return {c: {n: timed[n] for n in rows} for c in contexts}
+        return real(model, rows, contexts, *args, **kwargs)
+
+    monkeypatch.setattr(cost_measure, "measure_row_costs_by_context", draft_widths_timed_as_above)
+    try:
+        target = named(tiny_lm("qwen2", VOCAB, seed=0, dtype=torch.bfloat16), "tiny-target")
+        draft = named(tiny_lm("qwen2", VOCAB, hidden=32, seed=1, dtype=torch.bfloat16), "tiny-draft")
+        wide_linear.use_wide_linears(draft)
+        costs = measure_step_costs(target, DraftModelDrafter(draft), sizes=(VOCAB,), max_rows=3, contexts=(32,))
+    finally:
+        wide_linear.fp32_is_faster.cache_clear()
+    extra = {n: costs.draft_base_costs[n] - costs.draft_base_costs[1] for n in timed if n != 1}
+    assert extra[bend - 1] == pytest.approx(2.9) and extra[bend] == pytest.approx(0.9)  # the bend, as timed
+    assert extra[cost_measure.CATCH_UP_ROWS] == pytest.approx(1.9)
+    assert extra[512] == pytest.approx(1.9) and extra[1024] == pytest.approx(5.9)  # 512 raised to 64's
+
+
 def test_a_draft_model_is_timed_over_a_prefill_only_as_long_as_its_positions_allow(pair):
     target, draft = pair
     draft.config.max_position_embeddings = 600

@@ -224,9 +224,12 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
         if longer:
             wide.update(measure_row_costs_by_context(body, longer, [base], repeats=1, warmup=0)[base])
             widths += longer
-        extra = 0.0
-        for n in widths[1:]:
-            extra = max(wide[n] - wide[1], extra)  # never less for more rows: a noisy pair must not bend it down
+        extras = {n: max(wide[n] - wide[1], 0.0) for n in widths[1:]}
+        # The prefill widths lie beyond any fp32 bend, on the widest short width's side: never cheaper than it or
+        # than each other (a noisy pair must not bend the curve down). Across the bend more rows may cost less.
+        for shorter, n in zip([wide_rows, *longer], longer):
+            extras[n] = max(extras[n], extras[shorter])
+        for n, extra in extras.items():
             draft_base[n] = per_forward + extra
             for per_width in draft_by_context.values():
                 per_width[n] = per_width[1] + extra
