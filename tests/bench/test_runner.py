@@ -86,6 +86,52 @@ def test_run_benchmark_interleaves_methods_and_is_lossless_in_fp64(tiny_dirs):
     assert rows["fr-spec k=2 map=16"]["acceptance_length"] < full["acceptance_length"]
 
 
+def test_repeats_run_rounds_of_all_methods_and_keep_each_methods_median_run(tiny_dirs, monkeypatch):
+    import frspec.bench.runner as runner
+
+    target, draft, tok = _load(tiny_dirs)
+    methods = [Method(VANILLA), DRAFT_2]
+    prompts = _prompts(tok)[:2]
+    real_generate = runner._generate
+    order, runs = [], {}
+    decode_s = [3.0, 1.0, 2.0]  # each method's rounds on a prompt: the median is the third round's
+
+    def scripted(generator, prompt_ids, max_new_tokens, sampling, device):
+        out = real_generate(generator, prompt_ids, max_new_tokens, sampling, device)
+        if max_new_tokens == 20:  # not a warm-up
+            method = next(m for m, g in generators.items() if g is generator)
+            key = (tuple(prompt_ids), method)
+            runs[key] = runs.get(key, 0) + 1
+            order.append((tuple(prompt_ids), method))
+            out.stats.prefill_time_s = 0.5
+            out.stats.wall_time_s = 0.5 + decode_s[runs[key] - 1]
+            if method == DRAFT_2 and prompt_ids == prompts[1][1] and runs[key] == 2:
+                out.token_ids = list(out.token_ids)[:-1]  # a round that emitted other tokens is named
+        return out
+
+    real_build = runner._build_generators
+    generators = {}
+
+    def build(*args, **kwargs):
+        generators.update(real_build(*args, **kwargs))
+        return generators
+
+    monkeypatch.setattr(runner, "_generate", scripted)
+    monkeypatch.setattr(runner, "_build_generators", build)
+    result = run_benchmark(target, draft, tok, prompts, methods, {}, max_new_tokens=20, progress=False, repeats=3)
+
+    assert len(order) == 3 * len(methods) * len(prompts)
+    for i, (_, ids) in enumerate(prompts):
+        mine = [m for p, m in order if p == tuple(ids)]
+        # Round r of prompt i starts at method (i + r): each method is first in some round.
+        assert [mine[r * len(methods)] for r in range(3)] == [methods[(i + r) % len(methods)] for r in range(3)]
+    assert len(result.generations) == len(methods) * len(prompts)
+    assert all(g.stats.wall_time_s - g.stats.prefill_time_s == 2.0 for g in result.generations)
+    assert result.notes == [f"{DRAFT_2.label} on {prompts[1][0]}: its 3 rounds emitted different tokens"]
+    with pytest.raises(ValueError, match="repeats"):
+        run_benchmark(target, draft, tok, prompts, methods, {}, max_new_tokens=4, progress=False, repeats=0)
+
+
 def test_divergence_records_position_and_target_margin(tiny_dirs):
     target, _, tok = _load(tiny_dirs)
     (pid, ids), = _prompts(tok)[:1]
@@ -196,6 +242,7 @@ def test_cli_token_map_files_set_the_sizes(tiny_dirs, tmp_path):
         # issue 21: a mixed workload
         (["--dataset", "x.jsonl", "--mix", "mtbench,code"], "give --dataset or --mix"),
         (["--mix", "mtbench"], "two or more different datasets"),
+        (["--repeats", "0"], "--repeats must be an integer >= 1, got 0"),
     ],
 )
 def test_cli_bad_input_is_one_line_error(tiny_dirs, tmp_path, capsys, extra, message):

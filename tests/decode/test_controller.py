@@ -327,3 +327,38 @@ def test_a_request_too_short_to_win_back_the_drafters_prefill_decodes_plainly():
     assert not speculation_can_pay(settings, thin, None, prompt_tokens=2000, max_new_tokens=64)
     # Where extra rows are nearly free, a long prompt's drafter prefill is won back within a short request.
     assert speculation_can_pay(settings, FLAT, None, prompt_tokens=2000, max_new_tokens=64)
+
+
+def test_the_prompts_tokens_are_evidence_of_coverage_before_the_first_step():
+    from frspec.decode.controller import PROMPT_TOKEN_WEIGHT, PROMPT_WINDOW, observe_prompt
+
+    # The corpus says the 8k map holds every token; this request's prompt (another language) lies mostly between
+    # 8k and 32k.
+    prior = {k: 1.0 for k in SIZES}
+    head = costs(lambda n: 0.3 + 0.01 * n, head_per_row=1e-7)
+    settings = ControllerSettings(sizes=SIZES)
+    prompt = [20000 + i if i % 4 else 100 for i in range(600)]  # a quarter inside 8k, all inside 32k
+
+    blind = new_request(settings, prior)
+    assert choose(blind, head).size == 8192  # the corpus's coverage alone bets on the smallest map
+    told = new_request(settings, prior)
+    observe_prompt(told, prompt)
+    assert told.coverage(8192) < 0.7 and told.coverage(32768) == pytest.approx(1.0)
+    assert choose(told, head).size == 32768
+
+    # A prompt weighs as a few emitted tokens, a short one less than a long one: the output soon outweighs it.
+    short = new_request(settings, prior)
+    observe_prompt(short, prompt[-40:])
+    assert 0 < short.seen < told.seen < 200 * PROMPT_TOKEN_WEIGHT
+    assert told.coverage(8192) < short.coverage(8192) < blind.coverage(8192)
+    for _ in range(40):  # the request's own tokens are all in the top 8k
+        observe(told, Plan(1, 32768), 1, [5, 5])
+    assert told.coverage(8192) > 0.9
+    # Only the prompt's last PROMPT_WINDOW tokens count, and a prompt before nothing is observed changes nothing.
+    window, longer = new_request(settings, prior), new_request(settings, prior)
+    observe_prompt(window, (prompt * 2)[-PROMPT_WINDOW:])
+    observe_prompt(longer, [0] * 5000 + prompt * 2)
+    assert longer.coverage(8192) == pytest.approx(window.coverage(8192)) and window.coverage(8192) < 0.7
+    empty = new_request(settings, prior)
+    observe_prompt(empty, [])
+    assert empty.coverage(8192) == blind.coverage(8192)

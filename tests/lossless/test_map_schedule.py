@@ -223,3 +223,31 @@ def test_greedy_identity_when_the_context_moves_the_controller_from_plain_to_dra
         from frspec.decode.kv_cache import cache_length
 
         assert cache_length(generator.drafter.cache) == 0
+
+
+def test_the_first_step_takes_the_prompts_tokens_as_evidence_of_coverage(target, monkeypatch):
+    """A prompt whose tokens lie beyond the smallest map's rows (another language, to a ranking of English): the
+    request's first draft is over a larger map; a prompt inside them: the smallest. Outputs stay the target's."""
+    ranking = _ranking()  # no counts: the corpus's coverage is taken as 1 at every size
+    firsts: list[Plan] = []
+    real_choose = _engine.choose
+
+    def recorded(state, costs, remaining=None, context=None):
+        plan = real_choose(state, costs, remaining, context)
+        firsts.append(plan)
+        return plan
+
+    monkeypatch.setattr(_engine, "choose", recorded)
+    generator = build_generator(target, draft=noisy_copy(target, 0.05, seed=1), token_map=ranking,
+                                token_map_size="auto", costs=FLAT)
+    smallest = generator.controller.sizes[0]
+    assert smallest == 16
+    first = {}
+    for name, ids in (("inside", ranking.ids[:smallest]), ("beyond", ranking.ids[smallest:VOCAB // 2])):
+        prompt = ids.tolist() * 12
+        firsts.clear()
+        out = generator.generate(input_ids=prompt, max_new_tokens=6, eos_token_ids=[])
+        assert out.token_ids == hf_greedy(target, prompt, 6)
+        first[name] = firsts[0]
+    assert first["inside"].depth and first["inside"].size == smallest
+    assert first["beyond"].depth and first["beyond"].size > smallest

@@ -120,7 +120,7 @@ class BenchPlan:
     warmup_tokens: int = 8
     engine: str = "frspec"
     batch_sizes: tuple[int, ...] = (1,)  # vLLM only
-    repeats: int = 2  # vLLM only
+    repeats: int = 1  # rounds of all methods per prompt (frspec: each method's median run kept; vLLM: medians)
     vllm_compiled: bool = False  # vLLM only: its default compilation instead of enforce_eager
     vllm_full_row: bool = False  # vLLM only: each map row also through the full -inf row (FRSPEC_V1_COMPACT=0)
     progress: bool = True
@@ -227,7 +227,7 @@ def plan_bench(
     warmup_tokens: int = 8,
     engine: str = "frspec",
     batch_sizes: Sequence[int] = (1,),
-    repeats: int = 2,
+    repeats: int | None = None,
     vllm_compiled: bool = False,
     vllm_full_row: bool = False,
     progress: bool = True,
@@ -326,7 +326,7 @@ def plan_bench(
         llamacpp=(preset.llamacpp or (on_cpu and bool(rows))) and not no_llamacpp,
         row_costs=n_row_costs, row_cost_quants=preset.row_cost_quants,
         sampling=sampling, warmup_tokens=warmup_tokens, engine=engine, batch_sizes=tuple(batch_sizes),
-        repeats=repeats, vllm_compiled=vllm_compiled, vllm_full_row=vllm_full_row, progress=progress, out=str(out), preset="quick" if quick else "default", command=command,
+        repeats=(2 if engine == "vllm" else 1) if repeats is None else repeats, vllm_compiled=vllm_compiled, vllm_full_row=vllm_full_row, progress=progress, out=str(out), preset="quick" if quick else "default", command=command,
     )
     _check(plan)
     return plan
@@ -338,6 +338,8 @@ def _check(plan: BenchPlan) -> None:
         raise FrspecError(f"--max-new-tokens must be >= 1, got {plan.max_new_tokens}")
     if plan.warmup_tokens < 1:
         raise FrspecError(f"--warmup-tokens must be >= 1, got {plan.warmup_tokens}")
+    if isinstance(plan.repeats, bool) or not isinstance(plan.repeats, int) or plan.repeats < 1:
+        raise FrspecError(f"--repeats must be an integer >= 1, got {plan.repeats}")
     if plan.engine not in ENGINES:
         raise FrspecError(f"--engine must be one of {', '.join(ENGINES)}, got {plan.engine!r}")
     plan.methods()  # the method lists check themselves
@@ -348,6 +350,4 @@ def _check(plan: BenchPlan) -> None:
     if plan.engine == "vllm":
         if not plan.batch_sizes or min(plan.batch_sizes) < 1:
             raise FrspecError(f"--batch-sizes must be positive integers, got {plan.batch_sizes}")
-        if plan.repeats < 1:
-            raise FrspecError(f"--repeats must be >= 1, got {plan.repeats}")
 

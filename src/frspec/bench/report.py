@@ -59,7 +59,8 @@ METHODOLOGY = """\
 - All methods run in one process on the same prompts (chat template applied) with the same max new tokens;
   target, draft and EAGLE head are loaded once. Each method has one short unmeasured warm-up generation (on the
   last 256 tokens of the first prompt). Methods are interleaved per prompt and the starting method rotates from
-  prompt to prompt. EAGLE rows run on the target
+  prompt to prompt (with `--repeats R`, from round to round too: R rounds of all methods on each prompt, and each
+  method's run of median decode time kept). EAGLE rows run on the target
   the head was trained for; when that is not the main target they form their own table, run after the main one,
   with that target's own vanilla row as their reference.
 - Tree: the drafted shape. chain-D: D tokens in a row; static-DxB: a static tree of depth D with B children per
@@ -224,6 +225,11 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
         where = f" (target `{section['target']}`)" if len(meta.get("sections") or ()) > 1 else ""
         lines.append(f"- Token maps{where}: {section.get('token_maps_source', '-')}")
     lines.append(f"- Measured run time: {meta.get('run_time_s', 0):.1f} s (warm-up {meta.get('warmup_time_s', 0):.1f} s)")
+    if (meta.get("repeats") or 1) > 1:
+        lines.append(f"- Rounds: {meta['repeats']} of all methods on each prompt; each method's run of median decode "
+                     "time on the prompt is kept")
+    for note in meta.get("notes") or ():
+        lines.append(f"- Note: {note}")
     if meta.get("load_average"):
         lines.append("- Load average when the run ended (1/5/15 min): "
                      + " / ".join(f"{x:.2f}" for x in meta["load_average"]))

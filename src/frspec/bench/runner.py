@@ -6,6 +6,10 @@ Fairness rules, so that differences in the table come from the methods and not f
   - each method has one short warm-up generation first (on the end of the first prompt), which is not measured;
   - methods are interleaved per prompt (prompt 1: all methods, prompt 2: all methods, ...), and the starting
     method rotates from prompt to prompt, so a slow spell of the machine is spread over all methods;
+  - with `repeats` R > 1, each prompt runs R rounds of all methods (the starting method rotating from round to
+    round too) and each method keeps its run of median decode time on that prompt: a VM's timings drift 10-20%
+    within minutes (two runs of one prompt making the same choices measured 4.4 and 5.4 tokens/s), and one slow
+    spell then moves a method's median, not its total;
   - quantized rows (int4/int8 copies of the target and draft) and the llama.cpp peer row are interleaved with the
     others in the same loop, so every row sees the same prompts and the same machine.
 """
@@ -188,6 +192,7 @@ def run_benchmark(
     quantized: Mapping[str, tuple[torch.nn.Module, torch.nn.Module | None]] = {},
     llamacpp: Any = None,
     quant_draft_heads: Mapping[str, str | None] = {},
+    repeats: int = 1,
 ) -> BenchResult:
     """Run `methods` on `prompts` (pairs of prompt id and chat-formatted token ids) and collect the results.
 
@@ -196,6 +201,10 @@ def run_benchmark(
     `llamacpp` the peer model of the llama.cpp row (bench/llamacpp.py's LlamaCppGreedy, greedy only);
     `quant_draft_heads[q]` the quantization of the q rows' drafter heads when not q itself (None: kept float).
 
+    `repeats`: rounds of all methods per prompt; each method's run of median decode time (wall time minus prefill;
+    the upper middle one for an even count) is kept, and a method whose rounds emitted different tokens (which a
+    seeded or greedy run should not) is named in `notes`.
+
     With sampling, each prompt gets its own seed (sampling.seed + prompt index), the same for every method. With
     greedy decoding, every speculative output is compared to vanilla's and each difference is recorded with the
     target's top-2 logit margin there (bench/divergence.py); nothing is hidden or retried.
@@ -203,6 +212,8 @@ def run_benchmark(
     methods = list(methods)
     if not prompts:
         raise ValueError("no prompts to benchmark")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
     if len({pid for pid, _ in prompts}) != len(prompts):
         raise ValueError("prompt ids must be unique: results are matched across methods by prompt id")
     device = next(target.parameters()).device
@@ -211,7 +222,7 @@ def run_benchmark(
 
     # The bar counts token budgets (warm-ups included), so its ETA weighs a long generation more than a short one.
     warmup_tokens = min(warmup_tokens, max_new_tokens)
-    total = len(methods) * (warmup_tokens + len(prompts) * max_new_tokens)
+    total = len(methods) * (warmup_tokens + repeats * len(prompts) * max_new_tokens)
     bar = tqdm(total=total, desc="bench", unit="tok", disable=not progress, dynamic_ncols=True)
     result = BenchResult(
         methods=methods, prompt_ids=[p for p, _ in prompts], generations=[], divergences=[],
@@ -234,14 +245,20 @@ def run_benchmark(
             params = sampling if sampling.seed is None else SamplingParams(
                 sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed + i
             )
-            order = methods[i % len(methods):] + methods[: i % len(methods)]
-            for m in order:
-                bar.set_postfix_str(f"{prompt_id} {m.label}")
-                out = _generate(generators[m], prompt_ids, max_new_tokens, params, device)
+            runs: dict[Method, list] = {}  # in the first round's order
+            for r in range(repeats):
+                start_at = (i + r) % len(methods)
+                for m in methods[start_at:] + methods[:start_at]:
+                    bar.set_postfix_str(f"{prompt_id} {m.label}" + (f" round {r + 1}" if repeats > 1 else ""))
+                    runs.setdefault(m, []).append(_generate(generators[m], prompt_ids, max_new_tokens, params, device))
+                    bar.update(max_new_tokens)
+            for m, outs in runs.items():
+                if len({tuple(o.token_ids) for o in outs}) > 1:
+                    result.notes.append(f"{m.label} on {prompt_id}: its {repeats} rounds emitted different tokens")
+                kept = sorted(outs, key=lambda o: o.stats.wall_time_s - o.stats.prefill_time_s)[len(outs) // 2]
                 result.generations.append(
-                    Generation(m, prompt_id, len(prompt_ids), list(out.token_ids), out.stats)
+                    Generation(m, prompt_id, len(prompt_ids), list(kept.token_ids), kept.stats)
                 )
-                bar.update(max_new_tokens)
         result.run_time_s = time.perf_counter() - start
     finally:
         bar.close()

@@ -218,7 +218,7 @@ def _run_section(section: Section, plan: BenchPlan, prompts, say) -> tuple[Any, 
         target, section.draft, tokenizer, encoded, methods, token_maps, plan.max_new_tokens, sampling,
         warmup_tokens=plan.warmup_tokens, progress=plan.progress, eagle=section.eagle,
         draft_head_quant=plan.draft_quant, quantized=section.quantized, quant_draft_heads=plan.quant_draft_heads,
-        llamacpp=section.llamacpp if sampling.is_greedy else None,
+        llamacpp=section.llamacpp if sampling.is_greedy else None, repeats=plan.repeats,
     )
     meta = {
         "target": section.target_spec,
@@ -234,6 +234,7 @@ def _run_section(section: Section, plan: BenchPlan, prompts, say) -> tuple[Any, 
         "token_maps": {str(k): tm.metadata for k, tm in token_maps.items()},
         "warmup_time_s": result.warmup_time_s,
         "run_time_s": result.run_time_s,
+        "notes": list(result.notes),
     }
     return result, meta
 
@@ -345,10 +346,14 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = lambda message: None)
         "load_time_s": load_time,
         "warmup_time_s": sum(m["warmup_time_s"] for m in section_meta),
         "run_time_s": sum(m["run_time_s"] for m in section_meta),
+        "repeats": plan.repeats,
+        "notes": [n for m in section_meta for n in m["notes"]],
         # Other sessions may share the machine: the load average says how busy it was when the run ended.
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "sections": section_meta,
     }
+    for note in meta["notes"]:
+        say(f"note: {note}")
     for d in divergences:
         say(f"{d['target']}: {d['method']} differs from vanilla on {d['prompt_id']} at token {d['position']} "
             f"(target top-2 logit margin there {d['top2_margin']:.4f})")

@@ -130,7 +130,9 @@ def add_bench_options(p: argparse.ArgumentParser) -> None:
                    help="frspec's own engine (default) or vLLM's CPU build with the frspec plugin (.venv-vllm)")
     p.add_argument("--batch-sizes", type=int_list, default=(1,), metavar="B,B,...",
                    help="--engine vllm: prompts decoded together, e.g. 1,4,16 (default: 1)")
-    p.add_argument("--repeats", type=int, default=2, help="--engine vllm: rounds of all methods (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=None, metavar="R",
+                   help="rounds of all methods on each prompt; each method's run of median decode time is kept "
+                        "(default: 1; --engine vllm: 2, medians shown)")
     p.add_argument("--vllm-compiled", action="store_true",
                    help="--engine vllm: vLLM's default compilation (torch.compile) instead of enforce_eager")
     p.add_argument("--vllm-full-row", action="store_true",

@@ -14,7 +14,8 @@ import torch
 
 from frspec.decode.acceptance import expected_acceptance
 from frspec.decode.controller import (
-    ControllerSettings, ControllerState, Plan, choose, new_request, observe, request_contexts,
+    PROMPT_WINDOW, ControllerSettings, ControllerState, Plan, choose, new_request, observe, observe_prompt,
+    request_contexts,
     speculation_can_pay,
 )
 from frspec.decode.drafter import Drafter
@@ -199,7 +200,7 @@ class SpeculativeGenerator:
         finish = "length"
         paused = 0.0  # time the consumer of a stream spends between pieces is not generation time
         start = now(self.device)
-        control = self._new_control(request.sampling)
+        control = self._new_control(request.sampling, request.prompt_ids)
         plain = self._plain_request(len(request.prompt_ids), request.max_new_tokens)
         if request.max_new_tokens > 0:
             state = self._start(request.prompt_ids, request.max_new_tokens, request.sampling)
@@ -258,14 +259,19 @@ class SpeculativeGenerator:
         contexts = request_contexts(self.costs, prompt_tokens, max_new_tokens)
         return not speculation_can_pay(self.controller, self.costs, contexts, prompt_tokens, max_new_tokens)
 
-    def _new_control(self, sampling: SamplingParams) -> ControllerState | None:
+    def _new_control(self, sampling: SamplingParams, prompt_ids: list[int]) -> ControllerState | None:
         if self.controller is None:
             return None
         vocab = self.drafter.vocab
         prior = {}
         if isinstance(vocab, RankedVocab) and vocab.coverage_prior is not None:
             prior = {k: vocab.coverage(k) for k in self.controller.sizes}
-        return new_request(self.controller, prior, sampling.seed)
+        state = new_request(self.controller, prior, sampling.seed)
+        # Where the prompt's tokens lie in the ranking: the first evidence of coverage. Not with context rows: they
+        # are the prompt's own tokens, so the prompt says nothing of what lies beyond them.
+        if isinstance(vocab, RankedVocab) and not vocab.extra_rows:
+            observe_prompt(state, vocab.rank_of[torch.as_tensor(prompt_ids[-PROMPT_WINDOW:])].tolist())
+        return state
 
     @torch.inference_mode()
     def _controlled_step(self, state: DecodeState, remaining: int, control: ControllerState,
