@@ -77,6 +77,7 @@ PRIOR_TOKENS = 8.0
 # Per observed token / drafted position, older evidence keeps this share of its weight: about the last 200 tokens
 # and the last 60 steps' drafts matter.
 TOKEN_DECAY = 1.0 - 1.0 / 200
+DRAFT_DECAY = 1.0 - 1.0 / 60
 # Each prompt token counts as this share of an emitted one (decayed like them, the last weighing most): a prompt of
 # 600+ tokens weighs about 10 tokens next to PRIOR_TOKENS of the corpus's coverage, a 50-token one about 2 (short
 # user questions hold rarer words than their answers). Measured with the ShareGPT ranking over the mix's prompts and
@@ -85,7 +86,6 @@ TOKEN_DECAY = 1.0 - 1.0 / 200
 PROMPT_TOKEN_WEIGHT = 0.05
 # Prompt tokens further back than this weigh less than e^-5 of the last one: not counted.
 PROMPT_WINDOW = 1000
-DRAFT_DECAY = 1.0 - 1.0 / 60
 PROBE_EVERY = 16
 # Plain decoding only when drafting loses even at acceptance this many standard deviations above its estimate.
 UPPER_BOUND_SDS = 1.5

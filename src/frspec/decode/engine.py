@@ -15,8 +15,7 @@ import torch
 from frspec.decode.acceptance import expected_acceptance
 from frspec.decode.controller import (
     PROMPT_WINDOW, ControllerSettings, ControllerState, Plan, choose, new_request, observe, observe_prompt,
-    request_contexts,
-    speculation_can_pay,
+    request_contexts, speculation_can_pay,
 )
 from frspec.decode.drafter import Drafter
 from frspec.decode.hybrid_target import check_hybrid_tree_support, is_hybrid
@@ -270,7 +269,8 @@ class SpeculativeGenerator:
         # Where the prompt's tokens lie in the ranking: the first evidence of coverage. Not with context rows: they
         # are the prompt's own tokens, so the prompt says nothing of what lies beyond them.
         if isinstance(vocab, RankedVocab) and not vocab.extra_rows:
-            observe_prompt(state, vocab.rank_of[torch.as_tensor(prompt_ids[-PROMPT_WINDOW:])].tolist())
+            last = torch.as_tensor(prompt_ids[-PROMPT_WINDOW:], dtype=torch.long)
+            observe_prompt(state, vocab.rank_of[last].tolist())
         return state
 
     @torch.inference_mode()
