@@ -59,6 +59,13 @@ def test_write_report_produces_json_csv_markdown_and_plots(tmp_path):
     assert not list(out.glob(".*"))  # no temp files left behind
 
 
+def test_a_quantized_runs_report_names_its_weights():
+    payload = _payload()
+    assert "Weights:" not in report.markdown_report(payload)  # --dtype weights: the dtype line says it all
+    payload["meta"].update(quant="int4", draft_quant="int8")
+    assert "- Weights: target int4, draft int8 (activations bfloat16)" in report.markdown_report(payload)
+
+
 def test_vanilla_only_report_has_no_plots(tmp_path):
     payload = _payload()
     payload["rows"] = payload["rows"][:1]

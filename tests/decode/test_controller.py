@@ -314,19 +314,29 @@ def test_a_plain_step_puts_the_drafter_one_token_behind_and_a_draft_catches_it_u
     assert state.behind == 0
 
 
-def test_a_request_too_short_to_win_back_the_drafters_prefill_decodes_plainly():
-    from frspec.decode.controller import speculation_can_pay
+def test_a_request_drafts_only_where_the_saving_expected_before_its_first_step_wins_back_the_drafters_prefill():
+    from frspec.decode.controller import prefill_pays, speculation_can_pay
 
     settings = ControllerSettings(sizes=SIZES)
-    # Drafting saves about 0.015-0.026 s a token at best here; the drafter's prefill over a prompt costs its
-    # one-row forward times the target's curve over that many rows.
+    # Two target rows cost 1.4x one, seven 3.4x: at perfect acceptance drafting saves 0.137 s a token (a chain of
+    # 6), at the prior's acceptance 0.044 s (a chain of 1). The drafter's prefill over a prompt costs its one-row
+    # forward scaled by the target's curve over that many rows: 0.81 s over 100 tokens, 4.81 s over 600.
+    mid = costs(lambda n: 0.3 + 0.12 * (n - 1))
+    assert speculation_can_pay(settings, mid)
+    assert prefill_pays(new_request(settings), mid, prompt_tokens=100, max_new_tokens=64)  # 2.8 s saved > 0.81 s
+    # 4.81 s: more than the 2.8 s expected over 64 tokens, less than the 8.8 s a perfect drafter would save. The
+    # estimate decides (a prefill, once paid, is sunk).
+    assert not prefill_pays(new_request(settings), mid, prompt_tokens=600, max_new_tokens=64)
+    assert prefill_pays(new_request(settings), mid, prompt_tokens=600, max_new_tokens=256)  # 11.3 s saved
+    assert not prefill_pays(new_request(settings), mid, prompt_tokens=100, max_new_tokens=1)  # nothing to draft for
+    # Where drafting only pays at acceptances far above the prior's, no request prefills the drafter.
     thin = costs(lambda n: 0.3 * n - 0.05 * (n - 1))
     assert speculation_can_pay(settings, thin)
-    assert speculation_can_pay(settings, thin, None, prompt_tokens=36, max_new_tokens=64)
-    assert not speculation_can_pay(settings, thin, None, prompt_tokens=36, max_new_tokens=16)
-    assert not speculation_can_pay(settings, thin, None, prompt_tokens=2000, max_new_tokens=64)
+    assert not prefill_pays(new_request(settings), thin, prompt_tokens=36, max_new_tokens=64)
     # Where extra rows are nearly free, a long prompt's drafter prefill is won back within a short request.
-    assert speculation_can_pay(settings, FLAT, None, prompt_tokens=2000, max_new_tokens=64)
+    assert prefill_pays(new_request(settings), FLAT, prompt_tokens=2000, max_new_tokens=64)
+    # An explicit length cannot decode plainly: it drafts whatever the costs.
+    assert prefill_pays(new_request(ControllerSettings(sizes=SIZES, depths=(3,))), LINEAR, 2000, 64)
 
 
 def test_the_prompts_tokens_are_evidence_of_coverage_before_the_first_step():

@@ -210,6 +210,10 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
         f"- Target: `{meta.get('target')}`; draft: `{meta.get('draft')}`; dtype: {meta.get('dtype')}; "
         f"threads: {meta.get('threads')}",
     ]
+    if meta.get("quant") or meta.get("draft_quant"):  # --quant: every main row runs on the quantized weights
+        lines.append(f"- Weights: target {meta.get('quant') or meta.get('dtype')}, draft "
+                     f"{meta.get('draft_quant') or meta.get('dtype')} (activations {meta.get('dtype')}); every row "
+                     "of the main table runs on them")
     if meta.get("eagle_head") == "mtp":
         lines.append(f"- Drafter: the MTP layers of target `{meta.get('eagle_target')}`")
     elif meta.get("eagle_head"):

@@ -334,6 +334,8 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = lambda message: None)
         "eagle_head_dir": eagle_section.eagle_dir if eagle_section else None,
         "eagle_target": eagle_section.target_spec if eagle_section else None,
         "dtype": str(next(main.target.parameters()).dtype).removeprefix("torch."),
+        "quant": plan.quant,  # the main rows' weight-only quantization (None: --dtype weights)
+        "draft_quant": plan.draft_quant,
         "device": plan.device,
         "threads": threads,
         "machine": machine_info(),

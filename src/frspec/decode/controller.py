@@ -52,7 +52,9 @@ a machine where a forward over n rows costs about n one-row forwards (bf16 on a 
 catch-up costs as much as the plain steps saved. Every drafting option's time includes it
 (`StepCosts.catch_up_s`), so a probe is taken only where even perfect acceptance would win the catch-up back, and
 exploration stops sooner the further behind the drafter is. For the same reason a request drafts at all only if
-drafting's best saving over its tokens wins back the drafter's prefill over the prompt (`speculation_can_pay`).
+what drafting is expected to save over its tokens, at its estimates before the first step, wins back the drafter's
+prefill over the prompt (`prefill_pays`): once paid, that prefill is sunk, so it is weighed at the estimate, not at
+the upper bound exploration uses.
 
 Losslessness does not depend on any of this: every (d, k) is a valid proposal, verified by the one verifier.
 """
@@ -270,32 +272,51 @@ def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None
 
 
 def speculation_can_pay(settings: ControllerSettings, costs: StepCosts,
-                        contexts: Sequence[int | None] | None = None, prompt_tokens: int | None = None,
-                        max_new_tokens: int | None = None) -> bool:
+                        contexts: Sequence[int | None] | None = None) -> bool:
     """Whether any allowed draft beats plain decoding even at best (every draft accepted, every map covering) at
     any of `contexts` (default: every context the costs were measured at): if not, this machine's costs rule
-    speculation out for those contexts, and the engine does not even prefill the drafter. Given the request's
-    `prompt_tokens` and `max_new_tokens`, the seconds drafting could save at best over those tokens must also win
-    back the drafter's prefill over the prompt: where a target over d + 1 rows costs nearly d + 1 one-row forwards,
-    a few milliseconds a token do not (measured on an AVX2-only EPYC in bf16, where drafting could save 3% at best:
-    a 64-token request after a 36-token prompt ran 0.94x vanilla, drafting on 22 of its 44 steps)."""
+    speculation out for those contexts, and the engine does not even prefill the drafter."""
     if settings.max_depth == 0:
         return False
     if 0 not in settings.depths:
         return True  # plain decoding is not an option here (an explicit length or tree): draft anyway
     if contexts is None:
         contexts = costs.contexts or [None]
-    prefill = None
-    if prompt_tokens is not None and max_new_tokens is not None:
-        first = contexts[0] if contexts else None
-        prefill = costs.draft_base(1, first) + costs.catch_up_s(prompt_tokens, first)
     for context in contexts:
         plain = costs.step_time_s(None, context=context)
         best = min(costs.step_time_s(_shape(settings, d), k, context) / (d + 1)
                    for d in settings.depths if d for k in settings.sizes)
-        if best < plain and (prefill is None or (plain - best) * max_new_tokens > prefill):
+        if best < plain:
             return True
     return False
+
+
+def prefill_pays(state: ControllerState, costs: StepCosts, prompt_tokens: int, max_new_tokens: int) -> bool:
+    """Whether a request should prefill the drafter at all: the seconds the best draft is expected to save over its
+    `max_new_tokens` (a token's expected time, plain against the best draft, at this fresh `state`'s estimates:
+    the acceptance prior, the corpus's coverage and the prompt's evidence, averaged over the request's contexts)
+    must exceed the drafter's prefill over the prompt. Not at acceptance's upper bound, as exploration is: a
+    wrong exploratory draft costs one step, a wrong prefill is sunk. (Measured on the AVX512 EPYC with the int4
+    pair, 64 tokens after a 1,005-token code prompt: drafting could save 4.3 s at best and 2.3 s at the prior, the
+    drafter's prefill was estimated at 4.4 s and took 5.7 s, and the request, which prefilled on the bound, ran
+    0.86x vanilla end to end; German and Spanish prompts of ~620 tokens, 0.89-0.90x.)"""
+    if state.settings.max_depth == 0:
+        return False
+    if 0 not in state.settings.depths:
+        return True  # plain decoding is not an option here (an explicit length or tree): draft anyway
+    contexts = request_contexts(costs, prompt_tokens, max_new_tokens) if costs.contexts else [None]
+    saved = 0.0
+    for context in contexts:
+        options = rates(state, costs, max_new_tokens, context=context)
+        plain = options[(0, state.settings.sizes[-1])]
+        drafting = [rate for (depth, _), rate in options.items() if depth]
+        if not drafting:  # a budget of one token: nothing to draft for
+            return False
+        best = max(drafting)
+        saved += max(1.0 / plain - 1.0 / best, 0.0) / len(contexts)
+    first = contexts[0]
+    prefill = costs.draft_base(1, first) + costs.catch_up_s(prompt_tokens, first)
+    return saved * max_new_tokens > prefill
 
 
 def request_contexts(costs: StepCosts, prompt_tokens: int, max_new_tokens: int) -> list[int]:

@@ -15,7 +15,7 @@ import torch
 from frspec.decode.acceptance import expected_acceptance
 from frspec.decode.controller import (
     PROMPT_WINDOW, ControllerSettings, ControllerState, Plan, choose, new_request, observe, observe_prompt,
-    request_contexts, speculation_can_pay,
+    prefill_pays, speculation_can_pay,
 )
 from frspec.decode.drafter import Drafter
 from frspec.decode.hybrid_target import check_hybrid_tree_support, is_hybrid
@@ -125,7 +125,7 @@ class SpeculativeGenerator:
         self.costs = costs
         # The machine's costs rule out every draft at every context (a target whose forward over n rows costs n
         # one-row forwards): requests then decode plainly from the start, without prefilling or feeding the drafter
-        # at all. A request whose contexts all lie where no draft pays does the same (`_plain_request`).
+        # at all. A request whose drafter prefill drafting would not win back does the same (`_plain_request`).
         self.plain_only = controller is not None and not speculation_can_pay(controller, costs)
 
     @property
@@ -200,7 +200,7 @@ class SpeculativeGenerator:
         paused = 0.0  # time the consumer of a stream spends between pieces is not generation time
         start = now(self.device)
         control = self._new_control(request.sampling, request.prompt_ids)
-        plain = self._plain_request(len(request.prompt_ids), request.max_new_tokens)
+        plain = self._plain_request(control, len(request.prompt_ids), request.max_new_tokens)
         if request.max_new_tokens > 0:
             state = self._start(request.prompt_ids, request.max_new_tokens, request.sampling)
             new, step = [self._prefill(state, stats, plain=plain)], None
@@ -249,14 +249,13 @@ class SpeculativeGenerator:
         text = tracker.text if tracker is not None else None
         return GenerationOutput(token_ids=generated, text=text, stats=stats, finish_reason=finish)
 
-    def _plain_request(self, prompt_tokens: int, max_new_tokens: int) -> bool:
-        """Whether the controller's costs rule out every draft at every context this request will have."""
-        if self.controller is None:
+    def _plain_request(self, control: ControllerState | None, prompt_tokens: int, max_new_tokens: int) -> bool:
+        """Whether this request decodes plainly from the start, never prefilling the drafter: the machine's costs
+        rule out every draft, or the drafter's prefill over the prompt costs more than drafting is expected to save
+        over the request's tokens (controller.prefill_pays)."""
+        if control is None:
             return False
-        if self.plain_only:
-            return True
-        contexts = request_contexts(self.costs, prompt_tokens, max_new_tokens)
-        return not speculation_can_pay(self.controller, self.costs, contexts, prompt_tokens, max_new_tokens)
+        return self.plain_only or not prefill_pays(control, self.costs, prompt_tokens, max_new_tokens)
 
     def _new_control(self, sampling: SamplingParams, prompt_ids: list[int]) -> ControllerState | None:
         if self.controller is None:
