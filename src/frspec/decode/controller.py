@@ -300,17 +300,15 @@ def prefill_pays(state: ControllerState, costs: StepCosts, prompt_tokens: int, m
     pair, 64 tokens after a 1,005-token code prompt: drafting could save 4.3 s at best and 2.3 s at the prior, the
     drafter's prefill was estimated at 4.4 s and took 5.7 s, and the request, which prefilled on the bound, ran
     0.86x vanilla end to end; German and Spanish prompts of ~620 tokens, 0.89-0.90x.)"""
-    if state.settings.max_depth == 0:
-        return False
     if 0 not in state.settings.depths:
         return True  # plain decoding is not an option here (an explicit length or tree): draft anyway
-    contexts = request_contexts(costs, prompt_tokens, max_new_tokens) if costs.contexts else [None]
+    contexts = request_contexts(costs, prompt_tokens, max_new_tokens)  # flat costs: every context reads the same
     saved = 0.0
     for context in contexts:
         options = rates(state, costs, max_new_tokens, context=context)
         plain = options[(0, state.settings.sizes[-1])]
         drafting = [rate for (depth, _), rate in options.items() if depth]
-        if not drafting:  # a budget of one token: nothing to draft for
+        if not drafting:  # no draft length allowed, or a budget of one token: nothing to draft for
             return False
         best = max(drafting)
         saved += max(1.0 / plain - 1.0 / best, 0.0) / len(contexts)
