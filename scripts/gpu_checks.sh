@@ -4,12 +4,15 @@
 #     OUT=/some/dir bash scripts/gpu_checks.sh
 #
 # 1. the CUDA-marked tests (tests/cuda: greedy identity against the target alone for every drafter, MTP included,
+#    the ranked head with its size changing every step, `auto` on costs measured on the device,
 #    and draft shape on tiny models; the int4/int8 kernels' CUDA dispatch: at most 200 s; then the sampling tests'
 #    device paths: at most 150 s);
 # 2. scripts/head_costs.py on the device: each drafter's step with its full LM head and with 64k/32k/16k rows,
 #    bf16/int8/int4, on random weights of the real shapes, at batch 1, 4, 16 and 64: at most 200 s.
 #
-# Needs only PyTorch (with CUDA), Triton and transformers. pytest is used when importable; if not, and a
+# Needs only PyTorch (with CUDA), Triton and transformers (the tiny MTP families need a transformers this project
+# supports: where the device's is older, install wheels of it first, e.g. `pip install --no-index --no-deps --target
+# /tmp/site WHEELS && export PYTHONPATH=/tmp/site`, as the session that ran this on an H200 did). pytest is used when importable; if not, and a
 # shared/wheels folder holds its wheels (`pip download pytest -d shared/wheels` on a machine with network), it is
 # installed from there without network; otherwise the tests are reported as not run. Writes everything to $OUT:
 # environment.txt, cuda-tests.txt and cuda-sampling-tests.txt (+ .xml), head-costs.txt and head-costs/ (head_costs.json, .md), and

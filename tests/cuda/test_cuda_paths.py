@@ -198,7 +198,7 @@ def test_mtp_greedy_identity_on_cuda(mtp_checkpoints, family, shape):
     target = load_target(mtp_checkpoints[family])
     head = load_mtp_head(target, mtp_checkpoints[family])
     target, head = target.to(DEV), head.to(DEV)
-    tree = {"chain": None, "static": TreeShape.static(3, 2), "dynamic": TreeShape.dynamic(3, 2, 6)}[shape]
+    tree = {"chain": TreeShape.chain(3), "static": TreeShape.static(3, 2), "dynamic": TreeShape.dynamic(3, 2, 6)}[shape]
     reference = greedy_reference(target, MTP_PROMPT, 24)
     token_map = TokenMap(list(range(0, MTP_VOCAB, 2)) + list(range(1, MTP_VOCAB // 2, 2)), MTP_VOCAB)
     for tm in (None, token_map):
@@ -206,3 +206,51 @@ def test_mtp_greedy_identity_on_cuda(mtp_checkpoints, family, shape):
         out = generator.generate(input_ids=MTP_PROMPT, max_new_tokens=24, eos_token_ids=[])
         assert out.token_ids == reference, (family, shape, tm is not None)
         assert out.stats.accepted_per_position[0] > 0
+
+
+# -- the controller on the device: the map size changing every step, and `auto` on this device's own costs --------
+
+from tests.lossless.test_map_schedule import FLAT, k_every_step  # noqa: E402,F401 (k_every_step: a fixture)
+from tests.lossless.test_map_schedule import _ranking as schedule_ranking  # noqa: E402
+from tests.lossless.test_map_schedule import drafters as schedule_drafters  # noqa: E402
+
+SCHEDULE_VOCAB = 128
+SCHEDULE_PROMPTS = ([5, 17, 99, 3, 42, 8], [1, 2, 3], [77, 12, 60, 9, 101, 33, 4, 90])
+
+
+@pytest.fixture(scope="module")
+def schedule_target():
+    return mostly_bigram(tiny_lm("llama", SCHEDULE_VOCAB, hidden=32, layers=2, seed=0, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("name", ["draft-chain", "draft-dynamic", "eagle3-d2t-chain"])
+def test_greedy_identity_with_k_changing_every_step_on_cuda(schedule_target, k_every_step, name):
+    """The ranked head's size changes at every step (and a chain's length, plain steps included): the device's
+    output is still the target's own greedy output, token for token."""
+    target = _on_device(schedule_target)
+    generator = build_generator(target, token_map=schedule_ranking(), token_map_size="auto", costs=FLAT,
+                                **to_device(schedule_drafters(schedule_target)[name]))
+    used = k_every_step(generator)
+    accepted = 0
+    for prompt in SCHEDULE_PROMPTS:
+        out = generator.generate(input_ids=prompt, max_new_tokens=24, eos_token_ids=[])
+        assert out.token_ids == greedy_reference(target, prompt, 24), (name, prompt)
+        accepted += sum(out.stats.accepted_per_position)
+    assert accepted > 0, "no draft was ever accepted: the identity check would be vacuous"
+    assert len(used) > 6 and all(a != b for a, b in zip(used, used[1:]))
+
+
+def test_auto_measures_this_devices_costs_and_stays_lossless_on_cuda(schedule_target, tmp_path, monkeypatch):
+    """No length and no size given: the controller's costs are measured here, on the device (their provenance names
+    it), and whatever it then chooses, the output is the target's own. The log shows what it chose."""
+    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
+    target = _on_device(schedule_target)
+    draft = _on_device(noisy_copy(schedule_target, 0.05, seed=1))
+    auto = build_generator(target, draft, schedule_ranking())
+    assert auto.controller is not None and len(auto.controller.sizes) > 1
+    assert auto.costs.provenance["device"].startswith(DEV.type)
+    for prompt in SCHEDULE_PROMPTS:
+        out = auto.generate(input_ids=prompt, max_new_tokens=24, eos_token_ids=[])
+        assert out.token_ids == greedy_reference(target, prompt, 24), prompt
+        print(f"auto on {auto.costs.provenance['machine']}: depths {out.stats.chosen_depth_histogram}, "
+              f"sizes {sorted(set(out.stats.chosen_map_sizes))}")
