@@ -133,6 +133,19 @@ def test_the_device_check_rejects_a_wrong_acceptance_rule(sampling_models, monke
     assert p < 1e-6
 
 
+def test_sampling_a_tree_on_cuda_passes_the_device_to_every_draw():
+    """Every random draw in decode/ is made on the model's device (step.py's generator, the verifier's torch.rand):
+    sampling chains and trees on the device runs."""
+    from frspec.decode.tree_shape import TreeShape
+
+    target = tiny_lm("llama", VOCAB, seed=3).to(DEV)
+    draft = tiny_lm("llama", VOCAB, seed=4).to(DEV)
+    for shape in (TreeShape.chain(3), TreeShape.static(2, 2), TreeShape.dynamic(3, 2, 4)):
+        out = build_generator(target, draft, tree=shape).generate(
+            input_ids=PROMPT, max_new_tokens=12, sampling=SamplingParams(temperature=1.0, seed=0), eos_token_ids=[])
+        assert len(out.token_ids) == 12 and out.stats.draft_steps > 0
+
+
 # -- int4 / int8 on CUDA ----------------------------------------------------------------------------------------------
 
 
@@ -227,9 +240,13 @@ def schedule_target():
 def test_greedy_identity_with_k_changing_every_step_on_cuda(schedule_target, k_every_step, name):
     """The ranked head's size changes at every step (and a chain's length, plain steps included): the device's
     output is still the target's own greedy output, token for token."""
-    target = _on_device(schedule_target)
-    generator = build_generator(target, token_map=schedule_ranking(), token_map_size="auto", costs=FLAT,
-                                **to_device(schedule_drafters(schedule_target)[name]))
+    import copy
+
+    # The drafters are built on a copy: an EAGLE head shares the target's embedding, and moving it moves that too.
+    target = copy.deepcopy(schedule_target)
+    drafter = to_device(schedule_drafters(target)[name])
+    target = target.to(DEV)
+    generator = build_generator(target, token_map=schedule_ranking(), token_map_size="auto", costs=FLAT, **drafter)
     used = k_every_step(generator)
     accepted = 0
     for prompt in SCHEDULE_PROMPTS:

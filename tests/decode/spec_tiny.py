@@ -62,7 +62,7 @@ def noisy_copy(model: torch.nn.Module, scale: float, seed: int) -> torch.nn.Modu
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * scale * p.std().clamp(min=1e-3))
+            p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device) * scale * p.std().clamp(min=1e-3))
     return draft
 
 

@@ -90,19 +90,6 @@ def test_tree_masks_need_an_attention_that_applies_them(who):
             DraftModelDrafter(draft).check_shape(TreeShape.dynamic(3, 2, 4))
 
 
-def test_sampling_a_tree_on_cuda_passes_the_device_to_every_draw():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    target = tiny_lm("llama", VOCAB, seed=3).cuda()
-    draft = tiny_lm("llama", VOCAB, seed=4).cuda()
-    from frspec.decode.sampling import SamplingParams
-
-    for shape in (TreeShape.chain(3), TreeShape.static(2, 2), TreeShape.dynamic(3, 2, 4)):
-        out = build_generator(target, draft, tree=shape).generate(
-            input_ids=PROMPT, max_new_tokens=12, sampling=SamplingParams(temperature=1.0, seed=0), eos_token_ids=[])
-        assert len(out.token_ids) == 12
-
-
 def test_keep_path_gathers_full_and_sliding_layers_only():
     """A sliding-window layer is gathered like a full one (Gemma 3 end to end: test_gemma3.py); a layer of another
     kind is refused before any layer is changed."""

@@ -133,6 +133,22 @@ def test_quantize_model_replaces_every_linear_and_keeps_embeddings(quant):
         torch.testing.assert_close(model(ids).logits, ref(ids).logits, atol=1e-4, rtol=1e-4)
 
 
+def test_int8_without_a_kernel_on_the_device_says_it_is_slower(monkeypatch, caplog):
+    """CUDA has no weight-only int8 kernel: loading int8 there says, in one line, that every call dequantizes (an
+    H200 ran a 248k head 8.5x slower than bf16). The CPU has the kernel: nothing is said."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="frspec"):
+        quantize_model(_tiny_target(tie=True), "int8")
+    assert not caplog.records
+    monkeypatch.setattr(K, "int8_kernel", lambda device_type, dtype: K.DEQUANT)  # as on CUDA
+    with caplog.at_level(logging.WARNING, logger="frspec"):
+        model = quantize_model(_tiny_target(tie=True), "int8")
+    assert all(m.kernel == K.DEQUANT for m in model.modules() if isinstance(m, Int8Linear))
+    [record] = caplog.records
+    assert "no weight-only kernel" in record.getMessage() and "slower than bf16" in record.getMessage()
+
+
 def test_quantize_head_covers_full_and_draft_vocab_heads():
     from frspec.vocab.draft_vocab import DraftVocab
     from frspec.vocab.token_map import TokenMap

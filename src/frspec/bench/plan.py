@@ -249,7 +249,8 @@ def plan_bench(
     if config is not None and config.shape is not None:
         preset = dataclasses.replace(preset, num_spec_tokens=(), token_map_sizes=())
     on_cpu = str(device).startswith("cpu")
-    # Quantized rows on CUDA (tinygemm int4; int8 only dequantized per call) are untested on a GPU: only on request.
+    # Quantized rows on CUDA only on request: int4 (tinygemm) is faster than bf16 at one row only, and int8 has no
+    # CUDA kernel (dequantized per call, 8.5x bf16's time on an H200: docs/head-costs.md).
     if not on_cpu or quant is not None:  # --quant: the main rows are the quantized ones already
         preset = dataclasses.replace(preset, quant_rows=(), llamacpp=False, row_cost_quants=())
 
@@ -292,7 +293,8 @@ def plan_bench(
     if n_row_costs < 0:
         raise FrspecError(f"--row-costs must be >= 0, got {n_row_costs}")
     if rows and not on_cpu and say is not None:
-        say(f"note: quantized rows on {device} are untested on a GPU (int4: tinygemm; int8: dequantized per call)")
+        say(f"note: quantized rows on {device}: int4 runs tinygemm (faster than bf16 at one row only); int8 has no "
+            "CUDA kernel and is dequantized per call (slower than bf16)")
     if token_map and counts:
         raise FrspecError("use either --token-map files or --counts, not both")
     if token_map and token_map_sizes is not None:

@@ -18,6 +18,7 @@ or a draft's few rows to verify) runs the kernel, so greedy output with a draft 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +28,8 @@ from frspec.errors import FrspecError
 from frspec.models import quant_kernels as K
 from frspec.models import wide_linear
 from frspec.vocab.draft_vocab import DraftVocab
+
+log = logging.getLogger(__name__)  # the `frspec` command prints its records on stderr (cli.py)
 
 QUANT_MODES = ("int4", "int8")
 DEFAULT_GROUP_SIZE = 32  # a Q4_K sub-block; the smallest group the int4 kernels accept
@@ -278,6 +281,12 @@ def quantize_model(
         else:
             module = quantize_linear(linear, quant, group_size)
         set_submodule(model, name, module)
+    slow = [m for m in model.modules() if isinstance(m, Int8Linear) and m.kernel == K.DEQUANT]
+    if slow:
+        # Said, not refused: int8 still halves the weights' memory. But every call dequantizes its weight, which on
+        # an H200 made a 248k-row head 8.5x slower than bf16 (docs/head-costs.md).
+        log.warning("int8 on %s has no weight-only kernel: %d layers dequantize their weights at every call, slower "
+                    "than bf16 (int4 or bf16 are faster there)", slow[0].values.device.type, len(slow))
     model.frspec_quant = quant  # how the model was loaded, for reports
     return model
 

@@ -12,8 +12,9 @@ Both int4 kernels compute w = (code - 8) * scale + zero per group of `group_size
 [K / group_size, N, 2] tensor of (scale, zero) in the activation dtype. Anything a kernel cannot take (a device or
 dtype it lacks, shapes it refuses) falls back to a dequantized weight and F.linear: slower, never wrong.
 
-The CUDA paths are written from PyTorch's documented layouts and covered here only by tests of this dispatch
-logic: no GPU was available when they were written.
+The CUDA paths were written from PyTorch's documented layouts; tests/cuda checks them on a device (they passed on
+an H200, docs/head-costs.md), the dispatch logic is tested on the CPU too. int8 on CUDA costs time: the 248k x 5120
+head took 5.6 ms against bf16's 0.66 there.
 """
 
 from __future__ import annotations
