@@ -16,7 +16,7 @@ from frspec.bench.datasets import encode_prompt, load_prompts
 from frspec.bench.token_maps import sharegpt_counts
 from frspec.models.loading import resolve_model_dir
 from frspec.models.tokenizer import load_tokenizer
-from frspec.vocab.token_map import rank_by_count
+from frspec.vocab.token_map import position_of, rank_by_count
 
 SIZES = (8192, 16384, 32768, 65536)
 WINDOW = 200  # the prompt's last tokens: about the controller's TOKEN_DECAY horizon
@@ -31,8 +31,7 @@ def main() -> None:
     tok = load_tokenizer(resolve_model_dir(args.target))
     counts, _ = sharegpt_counts(tok, int(run["meta"]["vocab_size"]), progress=False)
     order = rank_by_count(counts.counts)
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(order.numel())
+    rank = position_of(order, order.numel())
     special = set(tok.all_special_ids)
     outputs = {g["prompt_id"]: g["token_ids"] for g in run["generations"] if g["method"] == "vanilla"}
     header = " ".join(f"{k // 1024}k" for k in SIZES)

@@ -66,6 +66,23 @@ def test_a_quantized_runs_report_names_its_weights():
     assert "- Weights: target int4, draft int8 (activations bfloat16)" in report.markdown_report(payload)
 
 
+def test_an_auto_rows_report_names_the_step_costs_it_chose_by():
+    """The costs an auto row chose by (cached from an earlier measurement, or measured for the run) are in the
+    report: a drifted cached table is visible next to the choices it led to."""
+    from frspec.decode.step_costs import StepCosts
+
+    costs = StepCosts({1: 0.106, 2: 0.087, 4: 0.123, 7: 0.226}, {1: 0.031}, {32768: {1: 0.004}}, full_size=151936,
+                      context=128)
+    costs.provenance["measured_at"] = "2026-12-04T13:51:58Z"
+    payload = _payload()
+    assert "chose by" not in report.markdown_report(payload)
+    payload["meta"]["sections"] = [{"target": "t", "controller_costs": {"fr-spec auto": costs.to_dict()}}]
+    line = next(x for x in report.markdown_report(payload).splitlines() if "chose by" in x)
+    assert line == ("- `fr-spec auto` chose by step costs measured 2026-12-04T13:51:58Z: the target's forward after "
+                    "128 tokens 1 row 106 ms, 2 rows 87 ms, 4 rows 123 ms; the drafter's step 31 ms (all of them: "
+                    "`controller_costs` in results.json)")
+
+
 def test_vanilla_only_report_has_no_plots(tmp_path):
     payload = _payload()
     payload["rows"] = payload["rows"][:1]

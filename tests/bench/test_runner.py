@@ -194,6 +194,10 @@ def test_cli_bench_end_to_end(tiny_dirs, tmp_path, capsys):
     assert meta["dtype"] == "float64" and meta["threads"] == 1 and meta["num_prompts"] == 2
     assert meta["prompt_ids"] == ["mtbench-81", "mtbench-121"]  # MT-Bench writing and coding: spread out
     assert meta["machine"]["cores"] and meta["commit"]
+    # The auto row's step costs travel with the results (and the report names them).
+    costs = meta["sections"][0]["controller_costs"]["fr-spec auto (maps <= 64)"]
+    assert costs["target_costs"]["1"] > 0 and costs["provenance"]
+    assert "- `fr-spec auto (maps <= 64)` chose by step costs" in (out / "results.md").read_text()
     assert len(payload["generations"]) == 2 * 8
     for name in ("results.csv", "results.md", "throughput_vs_map_size.png", "acceptance_vs_map_size.png"):
         assert (out / name).stat().st_size > 0

@@ -20,6 +20,9 @@ from tests.decode.eagle_tiny import mostly_bigram
 from tests.decode.spec_tiny import noisy_copy, sharpen, tiny_lm
 from tests.decode.test_engine_sampling import chi_square_pvalue, exact_marginals, map_without_top_tokens
 from tests.decode.test_engine_trees import KINDS, SHAPES, drafter_args
+from tests.lossless.test_map_schedule import FLAT, k_every_step  # noqa: F401 (k_every_step: a fixture)
+from tests.lossless.test_map_schedule import _ranking as schedule_ranking
+from tests.lossless.test_map_schedule import drafters as schedule_drafters
 
 # FRSPEC_CUDA_TESTS_DEVICE=cpu dry-runs this file on a machine without CUDA (the kernels then are the CPU ones).
 DEV = torch.device(os.environ.get("FRSPEC_CUDA_TESTS_DEVICE", "cuda"))
@@ -222,10 +225,6 @@ def test_mtp_greedy_identity_on_cuda(mtp_checkpoints, family, shape):
 
 
 # -- the controller on the device: the map size changing every step, and `auto` on this device's own costs --------
-
-from tests.lossless.test_map_schedule import FLAT, k_every_step  # noqa: E402,F401 (k_every_step: a fixture)
-from tests.lossless.test_map_schedule import _ranking as schedule_ranking  # noqa: E402
-from tests.lossless.test_map_schedule import drafters as schedule_drafters  # noqa: E402
 
 SCHEDULE_VOCAB = 128
 SCHEDULE_PROMPTS = ([5, 17, 99, 3, 42, 8], [1, 2, 3], [77, 12, 60, 9, 101, 33, 4, 90])

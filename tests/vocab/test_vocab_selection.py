@@ -7,7 +7,7 @@ import torch
 
 from frspec.errors import FrspecError
 from frspec.vocab.counts import TokenCounts
-from frspec.vocab.token_map import TokenMap, rank_by_count
+from frspec.vocab.token_map import TokenMap, position_of, rank_by_count
 
 # id:        0   1   2   3   4   5  6  7  8  9
 COUNTS = [5, 50, 20, 20, 0, 3, 1, 0, 0, 1]  # total 100; ties 2/3 and 6/9 break by id
@@ -19,6 +19,16 @@ def counts(keep=None):
 
 def test_rank_by_count_breaks_ties_by_id():
     assert rank_by_count(torch.tensor(COUNTS)).tolist() == [1, 2, 3, 0, 5, 6, 9, 4, 7, 8]
+
+
+def test_position_of_inverts_an_order_and_marks_what_it_lacks():
+    order = rank_by_count(torch.tensor(COUNTS))
+    rank = position_of(order, len(COUNTS))
+    assert torch.equal(order[rank], torch.arange(len(COUNTS)))  # a full order: the inverse permutation
+    assert rank[1] == 0 and rank[8] == 9
+    rows = position_of(torch.tensor([7, 2, 4]), 10)  # a head's three rows: target ids 7, 2, 4
+    assert rows.tolist() == [-1, -1, 1, -1, 2, -1, -1, 0, -1, -1]
+    assert position_of(torch.tensor([3]), 5, missing=1).tolist() == [1, 1, 1, 0, 1]
 
 
 def test_top_k_orders_by_count_then_id():

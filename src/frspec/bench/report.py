@@ -199,6 +199,21 @@ def rows_by_target(rows: Sequence[dict[str, Any]]) -> list[tuple[str | None, lis
     return list(groups.items())
 
 
+def controller_costs_line(costs: dict[str, Any]) -> str:
+    """One line for an auto row's step costs (StepCosts.to_dict()): when they were measured and the target's
+    forward over the row counts a chain's choice turns on; the whole table is in results.json."""
+    provenance = costs.get("provenance") or {}
+    target = costs.get("target_costs") or {}
+    rows = ", ".join(f"{n} {'row' if n == '1' else 'rows'} {target[n] * 1000:.0f} ms"
+                     for n in sorted(target, key=int) if int(n) <= 4)
+    draft = (costs.get("draft_base_costs") or {}).get("1")
+    when = provenance.get("measured_at")
+    return ("step costs " + (f"measured {when}" if when else "given (not measured here)")
+            + f": the target's forward after {costs.get('context')} tokens {rows}"
+            + (f"; the drafter's step {draft * 1000:.0f} ms" if draft is not None else "")
+            + " (all of them: `controller_costs` in results.json)")
+
+
 def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> str:
     """The whole report as Markdown: run metadata, one table per target, greedy differences, plots, methodology."""
     meta = payload["meta"]
@@ -228,6 +243,9 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
     for section in meta.get("sections") or [meta]:
         where = f" (target `{section['target']}`)" if len(meta.get("sections") or ()) > 1 else ""
         lines.append(f"- Token maps{where}: {section.get('token_maps_source', '-')}")
+    for section in meta.get("sections") or [meta]:
+        for label, costs in (section.get("controller_costs") or {}).items():
+            lines.append(f"- `{label}` chose by " + controller_costs_line(costs))
     lines.append(f"- Measured run time: {meta.get('run_time_s', 0):.1f} s (warm-up {meta.get('warmup_time_s', 0):.1f} s)")
     if (meta.get("repeats") or 1) > 1:
         lines.append(f"- Rounds: {meta['repeats']} of all methods on each prompt; each method's run of median decode "

@@ -45,6 +45,9 @@ class BenchResult:
     run_time_s: float = 0.0
     warmup_time_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # Per auto row, the step costs its controller chose by (StepCosts.to_dict(): cached or measured for this run):
+    # what a reader needs to tell a choice from the table it rested on.
+    controller_costs: dict[str, dict] = field(default_factory=dict)
 
     def generations_of(self, method: Method) -> list[Generation]:
         return [g for g in self.generations if g.method == method]
@@ -227,6 +230,8 @@ def run_benchmark(
     result = BenchResult(
         methods=methods, prompt_ids=[p for p, _ in prompts], generations=[], divergences=[],
         greedy=sampling.is_greedy, max_new_tokens=max_new_tokens,
+        controller_costs={m.label: generators[m].costs.to_dict() for m in methods
+                          if getattr(generators[m], "controller", None) is not None},
     )
     try:
         start = time.perf_counter()

@@ -235,6 +235,7 @@ def _run_section(section: Section, plan: BenchPlan, prompts, say) -> tuple[Any, 
         "warmup_time_s": result.warmup_time_s,
         "run_time_s": result.run_time_s,
         "notes": list(result.notes),
+        "controller_costs": result.controller_costs,
     }
     return result, meta
 

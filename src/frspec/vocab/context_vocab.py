@@ -32,7 +32,7 @@ from torch import nn
 from frspec.errors import FrspecError
 from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.ranked_vocab import RankedVocab
-from frspec.vocab.token_map import TokenMap
+from frspec.vocab.token_map import TokenMap, position_of
 
 BUDGETS = ("fixed", "additive")
 
@@ -232,16 +232,11 @@ class ContextVocab(DraftVocab):
         """
         if token_map is None:
             raise FrspecError("a context-aware draft vocabulary extends a token map: give one (--token-map)")
-        n_rows = int(weight.shape[0])
         vocab_size = int(token_map.vocab_size if vocab_size is None else vocab_size)
         token_map.check_vocab_size(vocab_size, "the target")
         # The plain vocabulary of the head (no copy: no map) validates `head_to_target` exactly as DraftVocab does.
         head_to_target = DraftVocab.build(weight, bias, head_to_target=head_to_target, vocab_size=vocab_size).target_ids
-        if head_to_target is None:
-            row_of = torch.arange(vocab_size)
-        else:
-            row_of = torch.full((vocab_size,), -1, dtype=torch.long)
-            row_of[head_to_target.cpu()] = torch.arange(n_rows)
+        row_of = torch.arange(vocab_size) if head_to_target is None else position_of(head_to_target.cpu(), vocab_size)
         map_ids = token_map.ids[row_of[token_map.ids] >= 0]
         if map_ids.numel() == 0:
             raise FrspecError("the token map and the head's draft vocabulary have no token in common")

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from frspec.errors import FrspecError
-from frspec.vocab.token_map import TokenMap
+from frspec.vocab.token_map import TokenMap, position_of
 
 
 class DraftVocab(nn.Module):
@@ -171,9 +171,7 @@ def kept_rows(
             raise FrspecError(f"the LM head has {n_rows} rows but the target vocabulary has {vocab_size} ids")
         return map_ids, map_ids
     head_to_target = head_to_target.to(device=device, dtype=torch.long)
-    row_of = torch.full((vocab_size,), -1, dtype=torch.long, device=device)
-    row_of[head_to_target] = torch.arange(n_rows, device=device)
-    rows = row_of[map_ids]
+    rows = position_of(head_to_target, vocab_size)[map_ids]
     rows = rows[rows >= 0]
     if rows.numel() == 0:
         raise FrspecError("the token map and the head's draft vocabulary have no token in common")

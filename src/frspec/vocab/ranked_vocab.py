@@ -36,7 +36,7 @@ from torch.nn import functional as F
 from frspec.errors import FrspecError
 from frspec.vocab.counts import TokenCounts
 from frspec.vocab.draft_vocab import DraftVocab
-from frspec.vocab.token_map import TokenMap, rank_by_count
+from frspec.vocab.token_map import TokenMap, position_of, rank_by_count
 
 Ranking = TokenMap | TokenCounts | torch.Tensor | Sequence[int]
 
@@ -59,9 +59,7 @@ class RankedVocab(DraftVocab):
         self.register_buffer("bias_all", None if bias is None else self.head.bias.data, persistent=False)
         self.register_buffer("target_ids_all", self.target_ids, persistent=False)
         self.register_buffer("rows_all", self.rows, persistent=False)
-        rank_of = torch.full((self.vocab_size,), n, dtype=torch.long)
-        rank_of[target_ids.cpu()] = torch.arange(n)
-        self.rank_of = rank_of  # CPU: read per decode step for a handful of tokens
+        self.rank_of = position_of(target_ids.cpu(), self.vocab_size, missing=n)  # CPU: read per step, few tokens
         # Share of the ranking corpus's tokens the first k rows cover, per k (None without counts): a prior for
         # what a map of each size will cover on a request.
         self.coverage_prior = coverage_prior
@@ -99,7 +97,6 @@ class RankedVocab(DraftVocab):
         """The ranked head of an LM head `weight` [rows, hidden] (+ `bias`), ordered by `ranking`, active size
         `size` (default: the whole head). `head_to_target` and `vocab_size` are as for `DraftVocab.build`;
         `extra_rows`: context-aware rows for the request's own tokens (module docstring)."""
-        n_rows = int(weight.shape[0])
         # The plain vocabulary (no copy) validates head_to_target and the sizes exactly as DraftVocab does.
         if vocab_size is None and isinstance(ranking, (TokenMap, TokenCounts)):
             vocab_size = ranking.vocab_size
@@ -107,11 +104,7 @@ class RankedVocab(DraftVocab):
         vocab_size = plain.vocab_size
         head_to_target = plain.target_ids
         order, counts, token_map = _order(ranking, vocab_size)
-        if head_to_target is None:
-            row_of = torch.arange(vocab_size)
-        else:
-            row_of = torch.full((vocab_size,), -1, dtype=torch.long)
-            row_of[head_to_target.cpu()] = torch.arange(n_rows)
+        row_of = torch.arange(vocab_size) if head_to_target is None else position_of(head_to_target.cpu(), vocab_size)
         ranked = order[row_of[order] >= 0]
         if ranked.numel() == 0:
             raise FrspecError("the ranking and the head's draft vocabulary have no token in common")

@@ -183,6 +183,14 @@ def rank_by_count(counts: torch.Tensor) -> torch.Tensor:
     return torch.sort(counts, descending=True, stable=True).indices
 
 
+def position_of(ids: torch.Tensor, size: int, missing: int = -1) -> torch.Tensor:
+    """The inverse of a list of distinct ids: for every id below `size`, its index in `ids`, or `missing` where it
+    is not there (on `ids`' device). An id's rank from `rank_by_count`'s order, a target id's row in a head."""
+    out = torch.full((size,), missing, dtype=torch.long, device=ids.device)
+    out[ids] = torch.arange(ids.numel(), device=ids.device)
+    return out
+
+
 def select_ids(
     counts: torch.Tensor,
     *,
@@ -234,8 +242,7 @@ def select_ids(
         n_rest = k - n_forced
 
     chosen = torch.cat([forced_t, rest[:n_rest]])
-    rank = torch.empty(vocab_size, dtype=torch.long)
-    rank[order] = torch.arange(vocab_size)
+    rank = position_of(order, vocab_size)
     ids = chosen[torch.argsort(rank[chosen])]
     info = {
         "selection": {"mode": mode, "value": value, "k": int(ids.numel())},
