@@ -12,8 +12,8 @@
 #
 # Needs only PyTorch (with CUDA), Triton and transformers (the tiny MTP families need a transformers this project
 # supports: where the device's is older, install wheels of it first, e.g. `pip install --no-index --no-deps --target
-# /tmp/site WHEELS && export PYTHONPATH=/tmp/site`, as the session that ran this on an H200 did). pytest is used when importable; if not, and a
-# shared/wheels folder holds its wheels (`pip download pytest -d shared/wheels` on a machine with network), it is
+# /tmp/site WHEELS && export PYTHONPATH=/tmp/site`, as the session that ran this on an H200 did). pytest is used
+# when importable; if not, and a shared/wheels folder holds its wheels (`pip download pytest -d shared/wheels` on a machine with network), it is
 # installed from there without network; otherwise the tests are reported as not run. Writes everything to $OUT:
 # environment.txt, cuda-tests.txt and cuda-sampling-tests.txt, head-costs.txt and head-costs/ (head_costs.json, .md), and
 # summary.txt (7 files: the device tool returns at most 8). Exit status: 0 when every step ran and passed.
