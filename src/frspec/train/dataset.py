@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 from frspec.errors import FrspecError
 from frspec.train.features import read_manifest
+from frspec.vocab.token_map import rank_by_count
 
 
 @dataclass
@@ -85,7 +86,7 @@ def loss_vocab_ids(counts: torch.Tensor, k: int | None, always: list[int] = ()) 
         return None
     if k < 1:
         raise FrspecError(f"--loss-vocab must be at least 1, got {k}")
-    ranked = torch.argsort(counts, descending=True, stable=True)[:k].tolist()
+    ranked = rank_by_count(counts)[:k].tolist()
     extra = [i for i in always if i not in set(ranked)]
     ids = ranked[: k - len(extra)] + extra if extra else ranked
     return torch.tensor(sorted(ids), dtype=torch.long)

@@ -232,7 +232,7 @@ class RankedVocab(DraftVocab):
         ranks = self.rank_of[uniq]
         new = (ranks >= self.context_floor) & (ranks < self.full_size) & ~self._in_ctx[uniq]
         uniq, counts, ranks = uniq[new], counts[new], ranks[new]
-        order = torch.argsort(counts, descending=True, stable=True)
+        order = rank_by_count(counts)
         free = self.extra_rows - self.n_ctx
         taken, ranks = uniq[order[:free]], ranks[order[:free]]
         self.dropped_tokens += int(uniq.numel() - taken.numel())
