@@ -81,6 +81,13 @@ def test_an_auto_rows_report_names_the_step_costs_it_chose_by():
     assert line == ("- `fr-spec auto` chose by step costs measured 2026-12-04T13:51:58Z: the target's forward after "
                     "128 tokens 1 row 106 ms, 2 rows 87 ms, 4 rows 123 ms; the drafter's step 31 ms (all of them: "
                     "`controller_costs` in results.json)")
+    # Rescaled during the run from the forwards the engine timed (decode/cost_calibration.py): said, with how much.
+    costs.provenance["recalibrated"] = {"target_forwards": 180, "draft_steps": 150,
+                                        "target_scales": {"1": 0.81, "3": 0.76}, "draft_scale": 0.97}
+    payload["meta"]["sections"] = [{"target": "t", "controller_costs": {"fr-spec auto": costs.to_dict()}}]
+    line = next(x for x in report.markdown_report(payload).splitlines() if "chose by" in x)
+    assert ("31 ms, as recalibrated by the run's end from 180 timed target forwards (x0.81 at 1 row, x0.76 at 3 "
+            "rows) and 150 drafting steps (x0.97) (all of them") in line
 
 
 def test_vanilla_only_report_has_no_plots(tmp_path):

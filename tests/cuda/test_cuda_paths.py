@@ -245,7 +245,8 @@ def test_greedy_identity_with_k_changing_every_step_on_cuda(schedule_target, k_e
     target = copy.deepcopy(schedule_target)
     drafter = to_device(schedule_drafters(target)[name])
     target = target.to(DEV)
-    generator = build_generator(target, token_map=schedule_ranking(), token_map_size="auto", costs=FLAT, **drafter)
+    generator = build_generator(target, token_map=schedule_ranking(), token_map_size="auto", costs=FLAT,
+                                recalibrate_costs=False, **drafter)
     used = k_every_step(generator)
     accepted = 0
     for prompt in SCHEDULE_PROMPTS:
@@ -258,7 +259,8 @@ def test_greedy_identity_with_k_changing_every_step_on_cuda(schedule_target, k_e
 
 def test_auto_measures_this_devices_costs_and_stays_lossless_on_cuda(schedule_target, tmp_path, monkeypatch):
     """No length and no size given: the controller's costs are measured here, on the device (their provenance names
-    it), and whatever it then chooses, the output is the target's own. The log shows what it chose."""
+    it), rescaled between requests from the forwards the engine times on it (synchronised: decode/timing.py), and
+    whatever it then chooses, the output is the target's own. The log shows what it chose and how it rescaled."""
     monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
     target = _on_device(schedule_target)
     draft = _on_device(noisy_copy(schedule_target, 0.05, seed=1))
@@ -269,4 +271,6 @@ def test_auto_measures_this_devices_costs_and_stays_lossless_on_cuda(schedule_ta
         out = auto.generate(input_ids=prompt, max_new_tokens=24, eos_token_ids=[])
         assert out.token_ids == greedy_reference(target, prompt, 24), prompt
         print(f"auto on {auto.costs.provenance['machine']}: depths {out.stats.chosen_depth_histogram}, "
-              f"sizes {sorted(set(out.stats.chosen_map_sizes))}")
+              f"sizes {sorted(set(out.stats.chosen_map_sizes))}, "
+              f"rescaled {auto.costs.provenance.get('recalibrated')}")
+    assert sum(auto.timings.samples().values()) > 0  # every decode forward was timed

@@ -104,7 +104,8 @@ def k_every_step(monkeypatch):
 def test_greedy_identity_with_k_changing_every_step(target, prompts_and_refs, k_every_step, name):
     prompts, refs = prompts_and_refs
     kwargs = drafters(target)[name]
-    generator = build_generator(target, token_map=_ranking(), token_map_size="auto", costs=FLAT, **kwargs)
+    generator = build_generator(target, token_map=_ranking(), token_map_size="auto", costs=FLAT,
+                                recalibrate_costs=False, **kwargs)
     used = k_every_step(generator)
     accepted = 0
     for prompt, ref in zip(prompts, refs):
@@ -122,7 +123,7 @@ def test_greedy_identity_with_k_changing_every_step(target, prompts_and_refs, k_
 def test_greedy_identity_under_the_real_controller(target, prompts_and_refs, name):
     prompts, refs = prompts_and_refs
     generator = build_generator(target, token_map=_ranking(), token_map_size="auto", costs=FLAT,
-                                **drafters(target)[name])
+                                recalibrate_costs=False, **drafters(target)[name])
     assert generator.controller is not None
     chosen = set()
     for prompt, ref in zip(prompts, refs):
@@ -141,7 +142,8 @@ LINEAR = StepCosts({n: 1.0 * n for n in range(1, 10)}, {1: 0.01}, {16: {1: 0.001
 @pytest.mark.parametrize("name", ["draft-chain", "eagle3-d2t-chain"])
 def test_where_no_draft_can_pay_requests_decode_plainly_without_touching_the_drafter(target, prompts_and_refs, name):
     prompts, refs = prompts_and_refs
-    generator = build_generator(target, token_map=_ranking(), costs=LINEAR, **drafters(target)[name])
+    generator = build_generator(target, token_map=_ranking(), costs=LINEAR,
+                                recalibrate_costs=False, **drafters(target)[name])
     assert generator.plain_only
     for prompt, ref in zip(prompts[:4], refs[:4]):
         out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
@@ -162,7 +164,7 @@ def test_greedy_identity_with_context_rows_on_a_ranked_head_and_k_changing_every
     step: still token for token the target's greedy output."""
     prompts, refs = prompts_and_refs
     generator = build_generator(target, token_map=_ranking(), token_map_size="auto", costs=FLAT,
-                                context_rows=6, context_budget="additive", **drafters(target)[name])
+                                recalibrate_costs=False, context_rows=6, context_budget="additive", **drafters(target)[name])
     vocab = generator.drafter.vocab
     assert vocab.extra_rows == 6 and vocab.context_floor == generator.controller.sizes[0]
     used = k_every_step(generator)
@@ -180,7 +182,7 @@ def test_greedy_identity_with_context_rows_on_a_ranked_head_and_k_changing_every
 def test_greedy_identity_under_the_controller_without_a_map(target, prompts_and_refs, name):
     """No map: the controller chooses only the length, over the drafter's plain (unranked) vocabulary."""
     prompts, refs = prompts_and_refs
-    generator = build_generator(target, costs=FLAT, **drafters(target)[name])
+    generator = build_generator(target, costs=FLAT, recalibrate_costs=False, **drafters(target)[name])
     assert generator.controller is not None and generator.controller.sizes == (VOCAB,)
     drafted = 0
     for prompt, ref in zip(prompts[:4], refs[:4]):
@@ -206,7 +208,8 @@ def test_greedy_identity_when_the_context_moves_the_controller_from_plain_to_dra
     them decodes plainly first and drafts later, a short request never touches the drafter, and every output is
     the target's own greedy output."""
     costs = _by_context(LINEAR, FLAT, 32, 96)
-    generator = build_generator(target, token_map=_ranking(), costs=costs, **drafters(target)[name])
+    generator = build_generator(target, token_map=_ranking(), costs=costs,
+                                recalibrate_costs=False, **drafters(target)[name])
     assert not generator.plain_only  # drafting pays at some context
     gen = torch.Generator().manual_seed(3)
     long_prompt = torch.randint(0, VOCAB, (44,), generator=gen).tolist()
@@ -239,7 +242,7 @@ def test_the_first_step_takes_the_prompts_tokens_as_evidence_of_coverage(target,
 
     monkeypatch.setattr(_engine, "choose", recorded)
     generator = build_generator(target, draft=noisy_copy(target, 0.05, seed=1), token_map=ranking,
-                                token_map_size="auto", costs=FLAT)
+                                token_map_size="auto", costs=FLAT, recalibrate_costs=False)
     smallest = generator.controller.sizes[0]
     assert smallest == 16
     first = {}

@@ -200,18 +200,28 @@ def rows_by_target(rows: Sequence[dict[str, Any]]) -> list[tuple[str | None, lis
 
 
 def controller_costs_line(costs: dict[str, Any]) -> str:
-    """One line for an auto row's step costs (StepCosts.to_dict()): when they were measured and the target's
-    forward over the row counts a chain's choice turns on; the whole table is in results.json."""
+    """One line for an auto row's step costs (StepCosts.to_dict()): when they were measured, the target's forward
+    over the row counts a chain's choice turns on, and how the engine rescaled them from its timed forwards; the
+    whole table is in results.json."""
     provenance = costs.get("provenance") or {}
     target = costs.get("target_costs") or {}
     rows = ", ".join(f"{n} {'row' if n == '1' else 'rows'} {target[n] * 1000:.0f} ms"
                      for n in sorted(target, key=int) if int(n) <= 4)
     draft = (costs.get("draft_base_costs") or {}).get("1")
     when = provenance.get("measured_at")
-    return ("step costs " + (f"measured {when}" if when else "given (not measured here)")
+    line = ("step costs " + (f"measured {when}" if when else "given (not measured here)")
             + f": the target's forward after {costs.get('context')} tokens {rows}"
-            + (f"; the drafter's step {draft * 1000:.0f} ms" if draft is not None else "")
-            + " (all of them: `controller_costs` in results.json)")
+            + (f"; the drafter's step {draft * 1000:.0f} ms" if draft is not None else ""))
+    recalibrated = provenance.get("recalibrated")
+    if recalibrated:  # the table at the run's end, rescaled from the forwards the engine timed (cost_calibration.py)
+        scales = ", ".join(f"x{s:.2f} at {n} {'row' if n == '1' else 'rows'}"
+                           for n, s in (recalibrated.get("target_scales") or {}).items())
+        draft_scale = recalibrated.get("draft_scale")
+        drafting = "not rescaled" if draft_scale is None else f"x{draft_scale:.2f}"
+        line += (f", as recalibrated by the run's end from {recalibrated.get('target_forwards')} timed target "
+                 f"forwards ({scales or 'too few of any row count'}) and {recalibrated.get('draft_steps')} "
+                 f"drafting steps ({drafting})")
+    return line + " (all of them: `controller_costs` in results.json)"
 
 
 def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> str:

@@ -45,8 +45,9 @@ class BenchResult:
     run_time_s: float = 0.0
     warmup_time_s: float = 0.0
     notes: list[str] = field(default_factory=list)
-    # Per auto row, the step costs its controller chose by (StepCosts.to_dict(): cached or measured for this run):
-    # what a reader needs to tell a choice from the table it rested on.
+    # Per auto row, the step costs its controller chose by (StepCosts.to_dict(): cached or measured for this run),
+    # with how the engine had rescaled them by the run's end (`_costs_record`): what a reader needs to tell a
+    # choice from the table it rested on.
     controller_costs: dict[str, dict] = field(default_factory=dict)
 
     def generations_of(self, method: Method) -> list[Generation]:
@@ -230,8 +231,6 @@ def run_benchmark(
     result = BenchResult(
         methods=methods, prompt_ids=[p for p, _ in prompts], generations=[], divergences=[],
         greedy=sampling.is_greedy, max_new_tokens=max_new_tokens,
-        controller_costs={m.label: generators[m].costs.to_dict() for m in methods
-                          if getattr(generators[m], "controller", None) is not None},
     )
     try:
         start = time.perf_counter()
@@ -267,7 +266,17 @@ def run_benchmark(
         result.run_time_s = time.perf_counter() - start
     finally:
         bar.close()
+    result.controller_costs = {m.label: _costs_record(generators[m]) for m in methods
+                               if getattr(generators[m], "controller", None) is not None}
 
     if result.greedy:
         result.divergences = find_divergences(result.generations, dict(prompts), margin_targets(target, quantized))
     return result
+
+
+def _costs_record(generator) -> dict:
+    """The step costs as measured (or cached), with the provenance of the table the generator ended the run with:
+    how it recalibrated them from its timed forwards (decode/cost_calibration.py)."""
+    record = generator.measured_costs.to_dict()
+    record["provenance"] = dict(generator.costs.provenance)
+    return record

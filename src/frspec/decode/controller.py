@@ -56,6 +56,13 @@ what drafting is expected to save over its tokens, at its estimates before the f
 prefill over the prompt (`prefill_pays`): once paid, that prefill is sunk, so it is weighed at the estimate, not at
 the upper bound exploration uses.
 
+The machine's costs are a table measured once (decode/step_costs.py); the engine rescales it from its own timed
+forwards between requests (decode/cost_calibration.py). A row count timed fewer than
+`CALIBRATION_SAMPLES` times is drafted, when its expected rate is within `COST_EXPLORE_LOSS` of the best, before
+the best: a wrong table entry can only flip a decision that close, and the controller would otherwise never time
+the length it wrongly avoids. The counts it goes by are those at the request's start plus its own steps', so this
+too is a function of the seed, the observations and the starting table.
+
 Losslessness does not depend on any of this: every (d, k) is a valid proposal, verified by the one verifier.
 """
 
@@ -66,6 +73,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from frspec.decode.cost_calibration import CALIBRATION_SAMPLES
 from frspec.decode.step_costs import StepCosts
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
@@ -97,6 +105,10 @@ UPPER_BOUND_SDS = 1.5
 # int4 mix after the exploration constants): at 1.0 SD and 10%, a few early rejections on code prompts at 1k tokens
 # turned requests plain for 20-50 of their 63 steps where drafting throughout ran 1.0-1.1x vanilla.
 EXPLORE_LOSS = 0.20
+# A draft length whose target forward was timed fewer than CALIBRATION_SAMPLES times is tried while its expected rate
+# is within this share of the best (module docstring): the stale table that cost `auto` 4% at temperature 1.0
+# (decode/cost_calibration.py) put a 2-token draft 3-8% behind the best length at per-draft acceptance 0.6-0.8.
+COST_EXPLORE_LOSS = 0.10
 # Chain lengths an automatic length chooses among (0: plain decoding); tune's CHAIN_LENGTHS go to 5.
 AUTO_DEPTHS = (0, 1, 2, 3, 4, 5, 6)
 # Map sizes an automatic size chooses among, besides the ranking's own length and the whole head.
@@ -117,6 +129,7 @@ class ControllerSettings:
     shape: TreeShape | None = None
     allow_plain: bool = True
     probe_every: int = PROBE_EVERY
+    recalibrate: bool = True  # the engine rescales the costs from its timed forwards between requests
 
     def __post_init__(self) -> None:
         if not self.sizes or any(isinstance(k, bool) or int(k) != k or k < 1 for k in self.sizes):
@@ -157,6 +170,7 @@ class Plan:
     depth: int
     size: int
     probe: bool = False  # drafting only to observe acceptance again
+    timing: bool = False  # chosen to time a row count the costs have too few forwards of (not the best estimate)
 
 
 @dataclass
@@ -177,6 +191,9 @@ class ControllerState:
     chosen_sizes: dict[int, int] = field(default_factory=dict)  # speculative steps per map size
     chosen_depths: list[int] = field(default_factory=list)  # steps per draft length
     step_times: dict = field(default_factory=dict)  # (costs, depth, size) -> seconds, memoised
+    # Timed target forwards per row count behind the costs (at the request's start, plus this request's steps);
+    # None: the costs are not recalibrated, so no length is drafted to time it.
+    timed_rows: dict[int, int] | None = None
 
     def coverage(self, k: int) -> float:
         prior = self.coverage_prior.get(k, 1.0)
@@ -209,10 +226,13 @@ class ControllerState:
 
 
 def new_request(settings: ControllerSettings, coverage_prior: dict[int, float] | None = None,
-                seed: int | None = None) -> ControllerState:
-    """A fresh state for one request; `coverage_prior[k]` is the ranking corpus's coverage at k (default 1)."""
+                seed: int | None = None, timed_rows: dict[int, int] | None = None) -> ControllerState:
+    """A fresh state for one request; `coverage_prior[k]` is the ranking corpus's coverage at k (default 1);
+    `timed_rows`: the timed target forwards per row count the costs rest on (cost_calibration.StepTimings), with
+    recalibration on."""
     rng = random.Random(0 if seed is None else seed)
-    state = ControllerState(settings, dict(coverage_prior or {}), rng=rng)
+    state = ControllerState(settings, dict(coverage_prior or {}), rng=rng,
+                            timed_rows=None if timed_rows is None else dict(timed_rows))
     state.next_probe = _probe_interval(state)
     return state
 
@@ -241,10 +261,17 @@ def expected_tokens(state: ControllerState, depth: int, k: int, alphas: Sequence
     return total
 
 
-def _shape(settings: ControllerSettings, depth: int) -> TreeShape | None:
+def step_shape(settings: ControllerSettings, depth: int) -> TreeShape | None:
+    """What a step drafting `depth` drafts under `settings` (None: a plain step)."""
     if depth == 0:
         return None
     return settings.shape.with_depth(depth) if settings.shape is not None else TreeShape.chain(depth)
+
+
+def target_rows(settings: ControllerSettings, depth: int) -> int:
+    """Rows of the target's forward in a step drafting `depth` (0: a plain step's one row)."""
+    shape = step_shape(settings, depth)
+    return 1 if shape is None else shape.max_drafts + 1
 
 
 def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None,
@@ -284,7 +311,7 @@ def speculation_can_pay(settings: ControllerSettings, costs: StepCosts,
         contexts = costs.contexts or [None]
     for context in contexts:
         plain = costs.step_time_s(None, context=context)
-        best = min(costs.step_time_s(_shape(settings, d), k, context) / (d + 1)
+        best = min(costs.step_time_s(step_shape(settings, d), k, context) / (d + 1)
                    for d in settings.depths if d for k in settings.sizes)
         if best < plain:
             return True
@@ -336,6 +363,10 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
     if not options:
         return _record(state, Plan(0, s.sizes[-1]))
     depth, k = _best(options)
+    untimed = _untimed(state, options, depth)
+    if untimed:
+        depth, k = _best(untimed)
+        return _record(state, Plan(depth, k, timing=True))
     if depth > 0 or s.max_depth == 0 or (remaining is not None and remaining <= 1):
         return _record(state, Plan(depth, k))
     # Plain decoding wins on the estimate: draft anyway while acceptance's upper bound says drafting pays, but
@@ -370,6 +401,9 @@ def observe(state: ControllerState, plan: Plan, accepted: int, token_ranks: Sequ
     position's (acceptance probability, target mass inside the rows) from decode/acceptance.py, counted instead of
     the accept/reject outcomes (the same counts in expectation, with less noise)."""
     s = state.settings
+    if state.timed_rows is not None:  # the engine times this step's forward for the costs (cost_calibration.py)
+        rows = target_rows(s, plan.depth)
+        state.timed_rows[rows] = state.timed_rows.get(rows, 0) + 1
     ranks = list(token_ranks) if token_ranks is not None else None
     if ranks is not None:
         for r in ranks:
@@ -403,6 +437,18 @@ def _outcomes(plan: Plan, accepted: int, ranks: list[int] | None) -> list[tuple[
     return counts
 
 
+def _untimed(state: ControllerState, options: dict[tuple[int, int], float], best_depth: int
+             ) -> dict[tuple[int, int], float]:
+    """The options of another length than the best whose row count the costs have too few timed forwards of, and
+    whose expected rate is within COST_EXPLORE_LOSS of the best (module docstring)."""
+    if state.timed_rows is None:
+        return {}
+    best = max(options.values())
+    return {(d, k): rate for (d, k), rate in options.items()
+            if d != best_depth and rate >= (1.0 - COST_EXPLORE_LOSS) * best
+            and state.timed_rows.get(target_rows(state.settings, d), 0) < CALIBRATION_SAMPLES}
+
+
 def _best(options: dict[tuple[int, int], float]) -> tuple[int, int]:
     """The (depth, size) with the most tokens per second; ties go to the shorter draft, then the smaller map."""
     return max(options, key=lambda dk: (options[dk], -dk[0], -dk[1]))
@@ -413,7 +459,7 @@ def _step_time(state: ControllerState, costs: StepCosts, depth: int, k: int, con
     change within one)."""
     key = (id(costs), depth, k, context if costs.contexts else None)
     if key not in state.step_times:
-        state.step_times[key] = costs.step_time_s(_shape(state.settings, depth), k, context)
+        state.step_times[key] = costs.step_time_s(step_shape(state.settings, depth), k, context)
     return state.step_times[key]
 
 

@@ -121,6 +121,19 @@ def drafter_identity(drafter: Drafter) -> str | None:
     return f"{model}|head:{type(vocab).__name__}/{rows}/{weight_format(vocab.head)}"
 
 
+def step_costs_path(target: torch.nn.Module, drafter: Drafter, sizes: Sequence[int], max_rows: int,
+                    shape: TreeShape | None = None, contexts: Sequence[int] = CONTEXTS) -> Path | None:
+    """Where this machine's costs for the pair are cached (None for models without a name or path). The
+    forwards timed since (decode/cost_calibration.py) are kept beside it, in `timings_path(path)`."""
+    device = next(target.parameters()).device
+    ids = (model_identity(target), drafter_identity(drafter))
+    if None in ids:
+        return None
+    what = json.dumps([CACHE_VERSION, machine_name(device), str(device), *ids, sorted(sizes), max_rows, str(shape),
+                       sorted(contexts)])
+    return cache_dir() / "step_costs" / f"{hashlib.sha256(what.encode()).hexdigest()[:16]}.json"
+
+
 def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence[int], max_rows: int,
                       shape: TreeShape | None = None, refresh: bool = False,
                       contexts: Sequence[int] = CONTEXTS) -> StepCosts:
@@ -128,17 +141,12 @@ def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence
     device = next(target.parameters()).device
     machine = machine_name(device)
     ids = (model_identity(target), drafter_identity(drafter))
-    path = None
-    if None not in ids:
-        what = json.dumps([CACHE_VERSION, machine, str(device), *ids, sorted(sizes), max_rows, str(shape),
-                           sorted(contexts)])
-        digest = hashlib.sha256(what.encode()).hexdigest()[:16]
-        path = cache_dir() / "step_costs" / f"{digest}.json"
-        if path.is_file() and not refresh:
-            try:
-                return StepCosts.from_dict(json.loads(path.read_text(encoding="utf-8")), f"cached costs {path}")
-            except (FrspecError, json.JSONDecodeError, OSError):
-                pass  # a stale or damaged cache entry is measured again and overwritten
+    path = step_costs_path(target, drafter, sizes, max_rows, shape, contexts)
+    if path is not None and path.is_file() and not refresh:
+        try:
+            return StepCosts.from_dict(json.loads(path.read_text(encoding="utf-8")), f"cached costs {path}")
+        except (FrspecError, json.JSONDecodeError, OSError):
+            pass  # a stale or damaged cache entry is measured again and overwritten
     # Up to minutes on a CPU for a 1.5B pair: say so, or a first `generate --draft` looks hung.
     log.info("measuring this machine's step costs for the controller (once per machine and model pair; %s)",
              f"cached in {path.parent}" if path is not None else "models without a path are not cached")

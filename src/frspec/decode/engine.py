@@ -8,6 +8,7 @@ Vanilla decoding runs the same loop and the same step with a root-only tree, so 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Generator, Iterable, Iterator, Sequence
 
 import torch
@@ -15,8 +16,9 @@ import torch
 from frspec.decode.acceptance import expected_acceptance
 from frspec.decode.controller import (
     PROMPT_WINDOW, ControllerSettings, ControllerState, Plan, choose, new_request, observe, observe_prompt,
-    prefill_pays, speculation_can_pay,
+    prefill_pays, speculation_can_pay, step_shape,
 )
+from frspec.decode.cost_calibration import StepTimings, load_timings, save_timings
 from frspec.decode.drafter import Drafter
 from frspec.decode.hybrid_target import check_hybrid_tree_support, is_hybrid
 from frspec.decode.request import Request, prepare_request
@@ -64,6 +66,10 @@ class SpeculativeGenerator:
     With `controller` (ControllerSettings) and the machine's `costs` (StepCosts), the draft length and the map
     size are chosen before every step (decode/controller.py): chains of any allowed length (0: a plain step), or
     the given tree or none; map sizes among the settings' on a drafter with a ranked head (vocab/ranked_vocab.py).
+    With the settings' `recalibrate` (the default), the target's costs are rescaled between requests from the
+    forwards this generator timed (decode/cost_calibration.py): `costs` is the table the next request decides by,
+    `measured_costs` the one given. `timings_file`: where the timings are kept between processes (beside cached
+    costs: decode/cost_measure.py), read at the start and written after every request.
     """
 
     def __init__(
@@ -75,6 +81,7 @@ class SpeculativeGenerator:
         controller: ControllerSettings | None = None,
         costs: StepCosts | None = None,
         map_size: int | None = None,
+        timings_file: Path | None = None,
     ):
         self.target = target
         self.drafter = drafter
@@ -123,10 +130,16 @@ class SpeculativeGenerator:
         self.map_size = map_size
         self.controller = controller
         self.costs = costs
+        self.measured_costs = costs
+        self.timings = None
+        self.timings_file = timings_file
+        if controller is not None and controller.recalibrate:
+            self.timings = load_timings(timings_file, costs)
+            self.costs = self.timings.costs()
         # The machine's costs rule out every draft at every context (a target whose forward over n rows costs n
         # one-row forwards): requests then decode plainly from the start, without prefilling or feeding the drafter
         # at all. A request whose drafter prefill drafting would not win back does the same (`_plain_request`).
-        self.plain_only = controller is not None and not speculation_can_pay(controller, costs)
+        self.plain_only = controller is not None and not speculation_can_pay(controller, self.costs)
 
     @property
     def method(self) -> str:
@@ -201,6 +214,7 @@ class SpeculativeGenerator:
         start = now(self.device)
         control = self._new_control(request.sampling, request.prompt_ids)
         plain = self._plain_request(control, len(request.prompt_ids), request.max_new_tokens)
+        timed = StepTimings(self.measured_costs) if self.timings is not None else None  # this request's, for the costs
         if request.max_new_tokens > 0:
             state = self._start(request.prompt_ids, request.max_new_tokens, request.sampling)
             new, step = [self._prefill(state, stats, plain=plain)], None
@@ -227,19 +241,23 @@ class SpeculativeGenerator:
                 if finish != "length" or len(generated) >= request.max_new_tokens:
                     break
                 remaining = request.max_new_tokens - len(generated)
+                context = state.length
                 if control is None:
                     step = self._step(state, remaining)
                 elif plain:
                     step = self._plain_step(state, remaining)
                     stats.record_choice(0, 0)
                 else:
-                    step = self._controlled_step(state, remaining, control, stats)
+                    step = self._controlled_step(state, remaining, control, stats, timed)
+                if timed is not None:
+                    timed.add_target(step.draft_tokens + 1, context, step.target_time_s)
                 new = step.tokens
             if self.drafter is not None:
                 stats.draft_time_s = self.drafter.time_s
                 stats.draft_lm_head_time_s = self.drafter.lm_head_time_s
                 stats.draft_steps = self.drafter.steps
         stats.wall_time_s = now(self.device) - start - paused
+        self._recalibrate(timed)
         stats.tokens = len(generated)
         stats.decode_tokens = max(len(generated) - 1, 0)
         if stream:
@@ -248,6 +266,17 @@ class SpeculativeGenerator:
                 yield piece
         text = tracker.text if tracker is not None else None
         return GenerationOutput(token_ids=generated, text=text, stats=stats, finish_reason=finish)
+
+    def _recalibrate(self, timed: StepTimings | None) -> None:
+        """After a request (never during one: each request decides by one table), the costs rescaled by every
+        forward timed so far (decode/cost_calibration.py)."""
+        if timed is None or not (timed.target_ratios or timed.draft_ratios):
+            return
+        self.timings.merge(timed)
+        self.costs = self.timings.costs()
+        if self.timings_file is not None:
+            save_timings(self.timings_file, self.timings)
+        self.plain_only = not speculation_can_pay(self.controller, self.costs)
 
     def _plain_request(self, control: ControllerState | None, prompt_tokens: int, max_new_tokens: int) -> bool:
         """Whether this request decodes plainly from the start, never prefilling the drafter: the machine's costs
@@ -264,7 +293,8 @@ class SpeculativeGenerator:
         prior = {}
         if isinstance(vocab, RankedVocab) and vocab.coverage_prior is not None:
             prior = {k: vocab.coverage(k) for k in self.controller.sizes}
-        state = new_request(self.controller, prior, sampling.seed)
+        state = new_request(self.controller, prior, sampling.seed,
+                            None if self.timings is None else self.timings.samples())
         # Where the prompt's tokens lie in the ranking: the first evidence of coverage. Not with context rows: they
         # are the prompt's own tokens, so the prompt says nothing of what lies beyond them.
         if isinstance(vocab, RankedVocab) and not vocab.extra_rows:
@@ -274,15 +304,20 @@ class SpeculativeGenerator:
 
     @torch.inference_mode()
     def _controlled_step(self, state: DecodeState, remaining: int, control: ControllerState,
-                         stats: GenerationStats) -> StepResult:
-        """Choose this step's length and map size, take the step, show the controller what happened."""
-        plan = choose(control, self.costs, remaining, context=state.length)
+                         stats: GenerationStats, timed: StepTimings | None) -> StepResult:
+        """Choose this step's length and map size, take the step, show the controller what happened (and `timed`
+        what its drafting took)."""
+        context, behind, drafting_before = state.length, control.behind, self.drafter.time_s
+        plan = choose(control, self.costs, remaining, context=context)
         vocab = self.drafter.vocab
         # Only a ranked head serves several map sizes; a plain DraftVocab (no map, or a static one) has one.
         if plan.depth and isinstance(vocab, RankedVocab) and vocab.map_size != plan.size:
             vocab.set_size(plan.size)  # before proposing: the proposal is drafted and verified over these rows
         shape = None if plan.depth == 0 else (self.controller.shape or TreeShape.chain(plan.depth))
         step = decode_step(self.target, self.drafter, state, shape, self.hidden_layers, remaining)
+        if timed is not None and step.drafted_depth:
+            timed.add_draft(step_shape(self.controller, step.drafted_depth), plan.size, context, behind,
+                            self.drafter.time_s - drafting_before)
         ranks = vocab.ranks(step.tokens).tolist() if isinstance(vocab, RankedVocab) else None
         expected = None
         if step.drafted_depth and not state.sampling.is_greedy:

@@ -7,7 +7,8 @@ import os
 import torch
 
 from frspec.decode.controller import ControllerSettings, default_map_sizes
-from frspec.decode.cost_measure import cached_step_costs
+from frspec.decode.cost_calibration import timings_path
+from frspec.decode.cost_measure import cached_step_costs, step_costs_path
 from frspec.decode.draft_model import DraftModelDrafter
 from frspec.decode.drafter import Drafter, check_token_map
 from frspec.decode.eagle_drafter import EagleDrafter
@@ -85,6 +86,7 @@ def build_generator(
     token_map_size: int | str | None = None,
     costs: StepCosts | None = None,
     draft_head_quant: str | None = None,
+    recalibrate_costs: bool = True,
 ) -> SpeculativeGenerator:
     """A generator for the usual methods: vanilla (no draft), draft model, or draft model + FR-Spec token map;
     or an EAGLE or MTP head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a
@@ -106,7 +108,10 @@ def build_generator(
     (vocab/ranked_vocab.py), serving every size from one copy. `token_map_size="auto"` chooses the size under an
     explicit shape too; an integer fixes it (the first N ids of the map; the head's full size: no map). The choice
     needs this machine's step costs: `costs` (e.g. from a `frspec tune` config), else they are measured once per
-    machine and model pair and cached (decode/cost_measure.py).
+    machine and model pair and cached (decode/cost_measure.py). With `recalibrate_costs` (the default) the
+    generator rescales them between requests from the forwards it times (decode/cost_calibration.py), and keeps
+    those timings beside cached costs for the next process; False
+    decides every request by `costs` as given (e.g. made-up costs in a test).
     """
     shape = _shape(num_spec_tokens, tree)
     # Vanilla with num_spec_tokens (its length checked by _shape): nothing drafts it, so one call site can serve
@@ -140,16 +145,20 @@ def build_generator(
     else:
         sizes = (vocab.size if fixed_size is None else fixed_size,)
     if auto_length:
-        settings = ControllerSettings(sizes=sizes)
+        settings = ControllerSettings(sizes=sizes, recalibrate=recalibrate_costs)
     elif tree is not None and tree.kind != "chain":
-        settings = ControllerSettings(sizes=sizes, shape=tree, allow_plain=False)
+        settings = ControllerSettings(sizes=sizes, shape=tree, allow_plain=False, recalibrate=recalibrate_costs)
     else:
-        settings = ControllerSettings(sizes=sizes, depths=(tree.depth,))
+        settings = ControllerSettings(sizes=sizes, depths=(tree.depth,), recalibrate=recalibrate_costs)
     if isinstance(vocab, RankedVocab):
         vocab.set_context_floor(settings.sizes[0])  # context rows for tokens beyond the smallest map only
+    timings_file = None
     if costs is None:
         costs = cached_step_costs(target, drafter, settings.sizes, _max_rows(settings), settings.shape)
-    return SpeculativeGenerator(target, drafter, tokenizer, controller=settings, costs=costs)
+        path = step_costs_path(target, drafter, settings.sizes, _max_rows(settings), settings.shape)
+        timings_file = None if path is None else timings_path(path)  # kept beside the costs they rescale
+    return SpeculativeGenerator(target, drafter, tokenizer, controller=settings, costs=costs,
+                                timings_file=timings_file)
 
 
 def _shape(num_spec_tokens: int | str | None, tree: TreeShape | None) -> TreeShape | None:
