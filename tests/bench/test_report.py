@@ -86,8 +86,8 @@ def test_an_auto_rows_report_names_the_step_costs_it_chose_by():
                                         "target_scales": {"1": 0.81, "3": 0.76}, "draft_scale": 0.97}
     payload["meta"]["sections"] = [{"target": "t", "controller_costs": {"fr-spec auto": costs.to_dict()}}]
     line = next(x for x in report.markdown_report(payload).splitlines() if "chose by" in x)
-    assert ("31 ms, as recalibrated by the run's end from 180 timed target forwards (x0.81 at 1 row, x0.76 at 3 "
-            "rows) and 150 drafting steps (x0.97) (all of them") in line
+    assert ("31 ms, rescaled by the run's end from the engine's timed forwards: the target x0.81 at 1 row, x0.76 at "
+            "3 rows (the last 180 forwards kept), drafting x0.97 (the last 150 steps) (all of them") in line
 
 
 def test_vanilla_only_report_has_no_plots(tmp_path):

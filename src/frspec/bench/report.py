@@ -218,9 +218,10 @@ def controller_costs_line(costs: dict[str, Any]) -> str:
                            for n, s in (recalibrated.get("target_scales") or {}).items())
         draft_scale = recalibrated.get("draft_scale")
         drafting = "not rescaled" if draft_scale is None else f"x{draft_scale:.2f}"
-        line += (f", as recalibrated by the run's end from {recalibrated.get('target_forwards')} timed target "
-                 f"forwards ({scales or 'too few of any row count'}) and {recalibrated.get('draft_steps')} "
-                 f"drafting steps ({drafting})")
+        line += (f", rescaled by the run's end from the engine's timed forwards: the target "
+                 f"{scales or 'not (too few forwards of any row count)'} (the last "
+                 f"{recalibrated.get('target_forwards')} forwards kept), drafting {drafting} (the last "
+                 f"{recalibrated.get('draft_steps')} steps)")
     return line + " (all of them: `controller_costs` in results.json)"
 
 

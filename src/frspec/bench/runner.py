@@ -207,7 +207,8 @@ def run_benchmark(
 
     `repeats`: rounds of all methods per prompt; each method's run of median decode time (wall time minus prefill;
     the upper middle one for an even count) is kept, and a method whose rounds emitted different tokens (which a
-    seeded or greedy run should not) is named in `notes`.
+    seeded or greedy run should not, except a sampled `auto` row: its costs are rescaled between requests, so its
+    drafts, and with them its seeded draws, may differ) is named in `notes`.
 
     With sampling, each prompt gets its own seed (sampling.seed + prompt index), the same for every method. With
     greedy decoding, every speculative output is compared to vanilla's and each difference is recorded with the
@@ -258,7 +259,13 @@ def run_benchmark(
                     bar.update(max_new_tokens)
             for m, outs in runs.items():
                 if len({tuple(o.token_ids) for o in outs}) > 1:
-                    result.notes.append(f"{m.label} on {prompt_id}: its {repeats} rounds emitted different tokens")
+                    why = ""
+                    if getattr(generators[m], "timings", None) is not None and not sampling.is_greedy:
+                        # Its costs were rescaled between rounds (decode/cost_calibration.py): another draft
+                        # schedule consumes the seeded draws differently; the distribution sampled is the same.
+                        why = " (its step costs were rescaled between them, so its drafts drew other samples)"
+                    result.notes.append(f"{m.label} on {prompt_id}: its {repeats} rounds emitted different tokens"
+                                        + why)
                 kept = sorted(outs, key=lambda o: o.stats.wall_time_s - o.stats.prefill_time_s)[len(outs) // 2]
                 result.generations.append(
                     Generation(m, prompt_id, len(prompt_ids), list(kept.token_ids), kept.stats)
