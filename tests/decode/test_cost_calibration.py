@@ -8,12 +8,15 @@ import json
 import pytest
 import torch
 
+from frspec.decode import cost_measure
 from frspec.decode.controller import (
     COST_EXPLORE_LOSS, ControllerSettings, choose, new_request, observe, rates, step_shape, target_rows,
 )
 from frspec.decode.cost_calibration import (
-    CALIBRATION_SAMPLES, CALIBRATION_WINDOW, StepTimings, load_timings, save_timings, timings_path,
+    CALIBRATION_SAMPLES, CALIBRATION_WINDOW, STALE_FORWARDS, STALE_LEVEL, StepTimings, load_timings, save_timings,
+    timings_path,
 )
+from frspec.decode.draft_model import DraftModelDrafter
 from frspec.decode.factory import build_generator
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.step_costs import StepCosts
@@ -212,7 +215,9 @@ def test_the_engine_recalibrates_between_requests_keeps_the_timings_and_stays_lo
     assert auto.costs.provenance["recalibrated"]["target_forwards"] == sum(samples.values())
     kept = list((tmp_path / "step_costs" / "timings").glob("*.json"))
     assert len(kept) == 1
-    # A new process (here: a new generator) starts from the kept timings and the same recalibrated table.
+    # A new process (here: a new generator) starts from the kept timings and the same recalibrated table (unless
+    # they ran so far off the table that it is measured again, which the tiny models' timings may: not here).
+    monkeypatch.setattr(cost_measure, "STALE_LEVEL", float("inf"))
     again = build_generator(target, draft, ranking)
     assert again.timings.samples() == auto.timings.samples()
     assert again.costs.to_dict() == auto.costs.to_dict()
@@ -220,3 +225,36 @@ def test_the_engine_recalibrates_between_requests_keeps_the_timings_and_stays_lo
     fixed = build_generator(target, draft, ranking, costs=auto.measured_costs, recalibrate_costs=False)
     fixed.generate(input_ids=prompts[0], max_new_tokens=20, eos_token_ids=[], sampling=greedy)
     assert fixed.costs is auto.measured_costs and fixed.timings is None
+
+
+def test_a_cached_table_the_timed_forwards_ran_far_off_is_measured_again(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
+    target = tiny_lm("qwen2", 256, seed=0, dtype=torch.float32)
+    draft = tiny_lm("qwen2", 256, hidden=32, seed=1, dtype=torch.float32)
+    target.config._name_or_path, draft.config._name_or_path = "tiny-target", "tiny-draft"
+    tables = iter([_table({1: 1.0, 2: 1.0}), _table({1: 0.5, 2: 0.5})])
+    monkeypatch.setattr(cost_measure, "measure_step_costs", lambda *a, **k: next(tables))
+    drafter = DraftModelDrafter(draft)
+    first = cost_measure.cached_step_costs(target, drafter, (256,), 2)
+    path = timings_path(cost_measure.step_costs_path(target, drafter, (256,), 2))
+
+    def timed(ratio: float, forwards: int) -> None:
+        timings = StepTimings(first)
+        for i in range(forwards):
+            timings.add_target(1 + i % 2, 100, ratio)
+        save_timings(path, timings)
+
+    # Off by less than STALE_LEVEL, or by more over too few forwards: the cached table stands (and is rescaled).
+    timed(1.0 - STALE_LEVEL + 0.01, 4 * STALE_FORWARDS)
+    assert cost_measure.cached_step_costs(target, drafter, (256,), 2).to_dict() == first.to_dict()
+    timed(0.5, STALE_FORWARDS - 1)
+    assert cost_measure.cached_step_costs(target, drafter, (256,), 2).to_dict() == first.to_dict()
+    # Off by 50% over enough forwards: measured again, said on stderr; the old timings no longer apply.
+    timed(0.5, STALE_FORWARDS)
+    with caplog.at_level("INFO", logger="frspec"):
+        again = cost_measure.cached_step_costs(target, drafter, (256,), 2)
+    assert again.target(1) == 0.5
+    assert any("50% off what the forwards timed since took: measuring them again" in r.getMessage()
+               for r in caplog.records)
+    assert load_timings(path, again).samples() == {}
+    assert cost_measure.cached_step_costs(target, drafter, (256,), 2).target(1) == 0.5  # and cached

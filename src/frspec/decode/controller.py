@@ -190,7 +190,8 @@ class ControllerState:
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     chosen_sizes: dict[int, int] = field(default_factory=dict)  # speculative steps per map size
     chosen_depths: list[int] = field(default_factory=list)  # steps per draft length
-    step_times: dict = field(default_factory=dict)  # (costs, depth, size) -> seconds, memoised
+    step_times: dict = field(default_factory=dict)  # (depth, size, context) -> seconds under `step_times_of`
+    step_times_of: StepCosts | None = None  # the costs `step_times` were computed from (another one starts over)
     # Timed target forwards per row count behind the costs (at the request's start, plus this request's steps);
     # None: the costs are not recalibrated, so no length is drafted to time it.
     timed_rows: dict[int, int] | None = None
@@ -456,8 +457,10 @@ def _best(options: dict[tuple[int, int], float]) -> tuple[int, int]:
 
 def _step_time(state: ControllerState, costs: StepCosts, depth: int, k: int, context: int | None) -> float:
     """costs.step_time_s for (depth, k) at `context`, computed once per request and context (the costs do not
-    change within one)."""
-    key = (id(costs), depth, k, context if costs.contexts else None)
+    change within one; given other costs, the memo starts over: an id() key could be reused by a new table)."""
+    if state.step_times_of is not costs:
+        state.step_times, state.step_times_of = {}, costs
+    key = (depth, k, context if costs.contexts else None)
     if key not in state.step_times:
         state.step_times[key] = costs.step_time_s(step_shape(state.settings, depth), k, context)
     return state.step_times[key]

@@ -1,4 +1,4 @@
-"""The target's step costs recalibrated from the forwards the engine times itself, between requests.
+"""The controller's step costs rescaled from the forwards the engine times itself, between requests.
 
 The controller (decode/controller.py) decides by a table of what the target's forward over n rows costs on this
 machine (decode/step_costs.py), measured once and cached. A table measured hours before, or during a noisy spell,
@@ -28,7 +28,10 @@ one request per process. They hold only for the table they were timed against; a
 A row count the controller never chooses is never timed, so its entry would stay wrong. The controller therefore
 also drafts, now and then, a length whose row count has fewer than `CALIBRATION_SAMPLES` timed forwards when its
 expected rate is within `COST_EXPLORE_LOSS` of the best (controller.py, `choose`): a decision that close is the
-only kind a wrong entry can flip, and it costs at most that share of those few steps, once per generator.
+only kind a wrong entry can flip, and it costs at most that share of those few steps, once per generator (once per
+machine and pair where the timings are kept). An entry wrong by more than that share in the direction that makes its
+option look worse stays wrong: measured from a stale int4 table, the one-row forward (plain decoding) was never timed
+(docs/benchmarks.md, `39d2f0e`).
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ CALIBRATION_SAMPLES = 8
 # The most recent timed forwards kept per row count: a machine's speed drifts (another process, the clock), and the
 # last few dozen forwards say what a step costs now.
 CALIBRATION_WINDOW = 64
+# A cached table whose timed forwards ran more than this share off it overall (their median ratio), over at least
+# STALE_FORWARDS of them, is measured again at the next start (decode/cost_measure.py): rescaling keeps the table's
+# shape where nothing was timed, and a table that far off likely has the wrong shape too. Over the runs at `39d2f0e`
+# (docs/benchmarks.md) the forwards ran at a median 0.76 of the 14-hour-old bf16 table (measured again by this),
+# 0.89 of the stale int4 one and 0.91 of a 2.5-hour-old bf16 one (both kept, rescaled): a tighter bound could not
+# tell the last two apart.
+STALE_LEVEL = 0.15
+STALE_FORWARDS = 32
 
 
 @dataclass
@@ -95,6 +106,12 @@ class StepTimings:
         """The median ratio of each row count timed often enough (CALIBRATION_SAMPLES)."""
         return {rows: statistics.median(ratios) for rows, ratios in sorted(self.target_ratios.items())
                 if len(ratios) >= CALIBRATION_SAMPLES}
+
+    def level(self) -> float | None:
+        """The median ratio over every kept target forward, once there are STALE_FORWARDS of them: how far off the
+        reference table runs overall."""
+        every = [r for ratios in self.target_ratios.values() for r in ratios]
+        return statistics.median(every) if len(every) >= STALE_FORWARDS else None
 
     def draft_scale(self) -> float | None:
         """The drafter's median ratio once it drafted often enough; before that the target's over all its

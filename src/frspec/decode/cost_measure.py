@@ -33,6 +33,7 @@ from typing import Any, Sequence
 
 import torch
 
+from frspec.decode.cost_calibration import STALE_LEVEL, load_timings, timings_path
 from frspec.decode.drafter import Drafter
 from frspec.decode.engine import SpeculativeGenerator
 from frspec.decode.sampling import SamplingParams
@@ -137,16 +138,25 @@ def step_costs_path(target: torch.nn.Module, drafter: Drafter, sizes: Sequence[i
 def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence[int], max_rows: int,
                       shape: TreeShape | None = None, refresh: bool = False,
                       contexts: Sequence[int] = CONTEXTS) -> StepCosts:
-    """This machine's costs for the pair, from the cache when it has them, else measured (and cached)."""
+    """This machine's costs for the pair, from the cache when it has them, else measured (and cached). A cached
+    table the forwards timed since ran far off (cost_calibration.STALE_LEVEL) is measured again."""
     device = next(target.parameters()).device
     machine = machine_name(device)
     ids = (model_identity(target), drafter_identity(drafter))
     path = step_costs_path(target, drafter, sizes, max_rows, shape, contexts)
     if path is not None and path.is_file() and not refresh:
         try:
-            return StepCosts.from_dict(json.loads(path.read_text(encoding="utf-8")), f"cached costs {path}")
+            cached = StepCosts.from_dict(json.loads(path.read_text(encoding="utf-8")), f"cached costs {path}")
         except (FrspecError, json.JSONDecodeError, OSError):
-            pass  # a stale or damaged cache entry is measured again and overwritten
+            cached = None  # a damaged cache entry is measured again and overwritten
+        if cached is not None:
+            level = load_timings(timings_path(path), cached).level()
+            if level is None or abs(level - 1.0) <= STALE_LEVEL:
+                return cached
+            # The forwards timed since ran far off it (decode/cost_calibration.py): measured again, and the
+            # timings, kept against the old table, start over.
+            log.info("the cached step costs (%s) are %.0f%% off what the forwards timed since took: measuring them "
+                     "again", path.name, abs(level - 1.0) * 100)
     # Up to minutes on a CPU for a 1.5B pair: say so, or a first `generate --draft` looks hung.
     log.info("measuring this machine's step costs for the controller (once per machine and model pair; %s)",
              f"cached in {path.parent}" if path is not None else "models without a path are not cached")
