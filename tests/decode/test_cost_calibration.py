@@ -17,9 +17,11 @@ from frspec.decode.cost_calibration import (
     timings_path,
 )
 from frspec.decode.draft_model import DraftModelDrafter
+from frspec.decode.engine import SpeculativeGenerator
 from frspec.decode.factory import build_generator
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.step_costs import StepCosts
+from frspec.errors import FrspecError
 from frspec.vocab.token_map import TokenMap
 from tests.decode.spec_tiny import tiny_lm
 
@@ -99,7 +101,8 @@ def test_timings_are_kept_for_the_table_they_were_timed_against(tmp_path):
     for _ in range(CALIBRATION_SAMPLES):
         timings.add_target(2, 100, 0.5)
     path = timings_path(tmp_path / "step_costs" / "abc.json")
-    save_timings(path, timings)
+    timings.path = path
+    save_timings(timings)
     assert load_timings(path, reference).costs().target(2) == pytest.approx(0.5)
     # Measured again: the timings were against another table, so they start over.
     assert load_timings(path, _table({1: 1.0, 2: 1.1})).samples() == {}
@@ -225,6 +228,10 @@ def test_the_engine_recalibrates_between_requests_keeps_the_timings_and_stays_lo
     fixed = build_generator(target, draft, ranking, costs=auto.measured_costs, recalibrate_costs=False)
     fixed.generate(input_ids=prompts[0], max_new_tokens=20, eos_token_ids=[], sampling=greedy)
     assert fixed.costs is auto.measured_costs and fixed.timings is None
+    # Timings taken against another table cannot rescale this one: refused in one line.
+    with pytest.raises(FrspecError, match="taken against other costs"):
+        SpeculativeGenerator(target, auto.drafter, controller=auto.controller, costs=auto.measured_costs,
+                             timings=StepTimings(_table({1: 1.0})))
 
 
 def test_a_cached_table_the_timed_forwards_ran_far_off_is_measured_again(tmp_path, monkeypatch, caplog):
@@ -235,26 +242,28 @@ def test_a_cached_table_the_timed_forwards_ran_far_off_is_measured_again(tmp_pat
     tables = iter([_table({1: 1.0, 2: 1.0}), _table({1: 0.5, 2: 0.5})])
     monkeypatch.setattr(cost_measure, "measure_step_costs", lambda *a, **k: next(tables))
     drafter = DraftModelDrafter(draft)
-    first = cost_measure.cached_step_costs(target, drafter, (256,), 2)
-    path = timings_path(cost_measure.step_costs_path(target, drafter, (256,), 2))
+    first, kept = cost_measure.cached_step_costs(target, drafter, (256,), 2)
+    path = kept.path
+    assert path == timings_path(cost_measure.step_costs_path(target, drafter, (256,), 2)) and not kept.samples()
 
     def timed(ratio: float, forwards: int) -> None:
-        timings = StepTimings(first)
+        timings = StepTimings(first, path=path)
         for i in range(forwards):
             timings.add_target(1 + i % 2, 100, ratio)
-        save_timings(path, timings)
+        save_timings(timings)
 
     # Off by less than STALE_LEVEL, or by more over too few forwards: the cached table stands (and is rescaled).
     timed(1.0 - STALE_LEVEL + 0.01, 4 * STALE_FORWARDS)
-    assert cost_measure.cached_step_costs(target, drafter, (256,), 2).to_dict() == first.to_dict()
+    assert cost_measure.cached_step_costs(target, drafter, (256,), 2)[0].to_dict() == first.to_dict()
     timed(0.5, STALE_FORWARDS - 1)
-    assert cost_measure.cached_step_costs(target, drafter, (256,), 2).to_dict() == first.to_dict()
+    assert cost_measure.cached_step_costs(target, drafter, (256,), 2)[0].to_dict() == first.to_dict()
     # Off by 50% over enough forwards: measured again, said on stderr; the old timings no longer apply.
     timed(0.5, STALE_FORWARDS)
     with caplog.at_level("INFO", logger="frspec"):
-        again = cost_measure.cached_step_costs(target, drafter, (256,), 2)
+        again, restarted = cost_measure.cached_step_costs(target, drafter, (256,), 2)
     assert again.target(1) == 0.5
     assert any("50% off what the forwards timed since took: measuring them again" in r.getMessage()
                for r in caplog.records)
     assert load_timings(path, again).samples() == {}
-    assert cost_measure.cached_step_costs(target, drafter, (256,), 2).target(1) == 0.5  # and cached
+    assert restarted.samples() == {} and restarted.path == path  # the next save replaces the old table's timings
+    assert cost_measure.cached_step_costs(target, drafter, (256,), 2)[0].target(1) == 0.5  # and cached

@@ -216,7 +216,7 @@ def test_the_cache_key_holds_both_models_weight_formats_and_the_drafter_head(pai
     monkeypatch.setattr(cost_measure, "measure_step_costs", fake_measure)
 
     def costs(t, drafter):
-        return cached_step_costs(t, drafter, (VOCAB,), 4)
+        return cached_step_costs(t, drafter, (VOCAB,), 4)[0]
 
     float_drafter = DraftModelDrafter(draft)
     costs(target, float_drafter)

@@ -68,9 +68,11 @@ STALE_FORWARDS = 32
 @dataclass
 class StepTimings:
     """One generator's timed forwards, as ratios to what the `reference` table predicts for them: the target's by
-    row count, the drafter's pooled (its steps' times over the model's draft time)."""
+    row count, the drafter's pooled (its steps' times over the model's draft time). `path`: where they are kept
+    between processes (beside cached costs, `timings_path`; None: in this process only)."""
 
     reference: StepCosts
+    path: Path | None = None
     target_ratios: dict[int, deque] = field(default_factory=dict)
     draft_ratios: deque = field(default_factory=lambda: deque(maxlen=CALIBRATION_WINDOW))
 
@@ -162,19 +164,24 @@ def timings_path(costs_path: Path) -> Path:
 
 
 def load_timings(path: Path | None, reference: StepCosts) -> StepTimings:
-    """The timings kept at `path` against `reference`; empty ones when there are none, or they were timed
-    against another table (the costs were measured again), or the file is damaged."""
+    """The timings kept at `path` against `reference` (to be kept there again); empty ones when there are none, or
+    they were timed against another table (the costs were measured again), or the file is damaged."""
     if path is not None and path.is_file():
         try:
-            return StepTimings.from_dict(json.loads(path.read_text(encoding="utf-8")), reference)
+            timings = StepTimings.from_dict(json.loads(path.read_text(encoding="utf-8")), reference)
+            timings.path = path
+            return timings
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass  # start over: the next save replaces it
-    return StepTimings(reference)
+    return StepTimings(reference, path=path)
 
 
-def save_timings(path: Path, timings: StepTimings) -> None:
-    """Write `timings` to `path` whole or not at all; a cache that cannot be written costs only the next process's
-    recalibration, so it is logged, not raised."""
+def save_timings(timings: StepTimings) -> None:
+    """Write `timings` to their `path` (if any) whole or not at all; a cache that cannot be written costs only the
+    next process's recalibration, so it is logged, not raised."""
+    path = timings.path
+    if path is None:
+        return
     try:
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(timings.to_dict()) + "\n", encoding="utf-8")

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import torch
 
-from frspec.decode.cost_calibration import STALE_LEVEL, load_timings, timings_path
+from frspec.decode.cost_calibration import STALE_LEVEL, StepTimings, load_timings, timings_path
 from frspec.decode.drafter import Drafter
 from frspec.decode.engine import SpeculativeGenerator
 from frspec.decode.sampling import SamplingParams
@@ -137,22 +137,25 @@ def step_costs_path(target: torch.nn.Module, drafter: Drafter, sizes: Sequence[i
 
 def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence[int], max_rows: int,
                       shape: TreeShape | None = None, refresh: bool = False,
-                      contexts: Sequence[int] = CONTEXTS) -> StepCosts:
-    """This machine's costs for the pair, from the cache when it has them, else measured (and cached). A cached
-    table the forwards timed since ran far off (cost_calibration.STALE_LEVEL) is measured again."""
+                      contexts: Sequence[int] = CONTEXTS) -> tuple[StepCosts, StepTimings]:
+    """This machine's costs for the pair, from the cache when it has them, else measured (and cached), and the
+    forwards timed against them since (decode/cost_calibration.py; kept beside them, empty for new costs). A
+    cached table the forwards timed since ran far off (cost_calibration.STALE_LEVEL) is measured again."""
     device = next(target.parameters()).device
     machine = machine_name(device)
     ids = (model_identity(target), drafter_identity(drafter))
     path = step_costs_path(target, drafter, sizes, max_rows, shape, contexts)
+    kept = None if path is None else timings_path(path)
     if path is not None and path.is_file() and not refresh:
         try:
             cached = StepCosts.from_dict(json.loads(path.read_text(encoding="utf-8")), f"cached costs {path}")
         except (FrspecError, json.JSONDecodeError, OSError):
             cached = None  # a damaged cache entry is measured again and overwritten
         if cached is not None:
-            level = load_timings(timings_path(path), cached).level()
+            timings = load_timings(kept, cached)
+            level = timings.level()
             if level is None or abs(level - 1.0) <= STALE_LEVEL:
-                return cached
+                return cached, timings
             # The forwards timed since ran far off it (decode/cost_calibration.py): measured again, and the
             # timings, kept against the old table, start over.
             log.info("the cached step costs (%s) are %.0f%% off what the forwards timed since took: measuring them "
@@ -171,7 +174,7 @@ def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(costs.to_dict(), indent=2) + "\n", encoding="utf-8")
-    return costs
+    return costs, StepTimings(costs, path=kept)  # timings kept against an older table do not apply: start over
 
 
 @torch.inference_mode()

@@ -8,7 +8,6 @@ Vanilla decoding runs the same loop and the same step with a root-only tree, so 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Generator, Iterable, Iterator, Sequence
 
 import torch
@@ -16,9 +15,9 @@ import torch
 from frspec.decode.acceptance import expected_acceptance
 from frspec.decode.controller import (
     PROMPT_WINDOW, ControllerSettings, ControllerState, Plan, choose, new_request, observe, observe_prompt,
-    prefill_pays, speculation_can_pay, step_shape,
+    prefill_pays, speculation_can_pay, step_shape, target_rows,
 )
-from frspec.decode.cost_calibration import StepTimings, load_timings, save_timings
+from frspec.decode.cost_calibration import StepTimings, save_timings
 from frspec.decode.drafter import Drafter
 from frspec.decode.hybrid_target import check_hybrid_tree_support, is_hybrid
 from frspec.decode.request import Request, prepare_request
@@ -68,8 +67,8 @@ class SpeculativeGenerator:
     the given tree or none; map sizes among the settings' on a drafter with a ranked head (vocab/ranked_vocab.py).
     With the settings' `recalibrate` (the default), the target's costs are rescaled between requests from the
     forwards this generator timed (decode/cost_calibration.py): `costs` is the table the next request decides by,
-    `measured_costs` the one given. `timings_file`: where the timings are kept between processes (beside cached
-    costs: decode/cost_measure.py), read at the start and written after every request.
+    `measured_costs` the one given. `timings`: forwards timed against `costs` before (decode/cost_measure.py
+    returns those kept beside cached costs), written back to their `path` after every request.
     """
 
     def __init__(
@@ -81,7 +80,7 @@ class SpeculativeGenerator:
         controller: ControllerSettings | None = None,
         costs: StepCosts | None = None,
         map_size: int | None = None,
-        timings_file: Path | None = None,
+        timings: StepTimings | None = None,
     ):
         self.target = target
         self.drafter = drafter
@@ -132,9 +131,10 @@ class SpeculativeGenerator:
         self.costs = costs
         self.measured_costs = costs
         self.timings = None
-        self.timings_file = timings_file
         if controller is not None and controller.recalibrate:
-            self.timings = load_timings(timings_file, costs)
+            if timings is not None and timings.reference is not costs:
+                raise FrspecError("the step timings given were taken against other costs than those given")
+            self.timings = timings if timings is not None else StepTimings(costs)
             self.costs = self.timings.costs()
         # The machine's costs rule out every draft at every context (a target whose forward over n rows costs n
         # one-row forwards): requests then decode plainly from the start, without prefilling or feeding the drafter
@@ -249,8 +249,8 @@ class SpeculativeGenerator:
                     stats.record_choice(0, 0)
                 else:
                     step = self._controlled_step(state, remaining, control, stats, timed)
-                if timed is not None:
-                    timed.add_target(step.draft_tokens + 1, context, step.target_time_s)
+                if timed is not None:  # at the row count the controller counts it under and reads costs at
+                    timed.add_target(target_rows(self.controller, step.drafted_depth), context, step.target_time_s)
                 new = step.tokens
             if self.drafter is not None:
                 stats.draft_time_s = self.drafter.time_s
@@ -274,8 +274,7 @@ class SpeculativeGenerator:
             return
         self.timings.merge(timed)
         self.costs = self.timings.costs()
-        if self.timings_file is not None:
-            save_timings(self.timings_file, self.timings)
+        save_timings(self.timings)
         self.plain_only = not speculation_can_pay(self.controller, self.costs)
 
     def _plain_request(self, control: ControllerState | None, prompt_tokens: int, max_new_tokens: int) -> bool:

@@ -7,8 +7,7 @@ import os
 import torch
 
 from frspec.decode.controller import ControllerSettings, default_map_sizes
-from frspec.decode.cost_calibration import timings_path
-from frspec.decode.cost_measure import cached_step_costs, step_costs_path
+from frspec.decode.cost_measure import cached_step_costs
 from frspec.decode.draft_model import DraftModelDrafter
 from frspec.decode.drafter import Drafter, check_token_map
 from frspec.decode.eagle_drafter import EagleDrafter
@@ -152,13 +151,10 @@ def build_generator(
         settings = ControllerSettings(sizes=sizes, depths=(tree.depth,), recalibrate=recalibrate_costs)
     if isinstance(vocab, RankedVocab):
         vocab.set_context_floor(settings.sizes[0])  # context rows for tokens beyond the smallest map only
-    timings_file = None
+    timings = None
     if costs is None:
-        costs = cached_step_costs(target, drafter, settings.sizes, _max_rows(settings), settings.shape)
-        path = step_costs_path(target, drafter, settings.sizes, _max_rows(settings), settings.shape)
-        timings_file = None if path is None else timings_path(path)  # kept beside the costs they rescale
-    return SpeculativeGenerator(target, drafter, tokenizer, controller=settings, costs=costs,
-                                timings_file=timings_file)
+        costs, timings = cached_step_costs(target, drafter, settings.sizes, _max_rows(settings), settings.shape)
+    return SpeculativeGenerator(target, drafter, tokenizer, controller=settings, costs=costs, timings=timings)
 
 
 def _shape(num_spec_tokens: int | str | None, tree: TreeShape | None) -> TreeShape | None:
