@@ -129,7 +129,7 @@ def test_gemma3_tree_accepting_a_side_branch_gathers_the_sliding_cache():
         def prefill(self, context):
             pass
 
-        def propose(self, context, shape, sampling, generator):
+        def propose(self, context, shape, sampling, generator, keep_drafting=None):
             n = context.shape[1]
             tree = TokenTree.from_root(int(context[0, -1]))
             parent = 0

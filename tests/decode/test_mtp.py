@@ -131,7 +131,7 @@ class _ScriptedDrafter(Drafter):
     def prefill(self, context):
         self.prompt_len = context.shape[1]
 
-    def propose(self, context, shape, sampling, generator):
+    def propose(self, context, shape, sampling, generator, keep_drafting=None):
         done = context.shape[1] - self.prompt_len  # generated tokens committed so far (the root included)
         good = min(self.depths[self.step % len(self.depths)], shape.depth)
         self.step += 1

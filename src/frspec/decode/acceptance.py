@@ -60,3 +60,31 @@ def expected_acceptance(
         mass = 1.0 if inside is None else float(p[inside.to(p.device)].sum())
         out.append((min(beta, mass), mass))
     return out
+
+
+def drawn_acceptance(tree: TokenTree, target_logits: torch.Tensor, path: list[int],
+                     sampling: SamplingParams) -> list[float] | None:
+    """For each node of the accepted `path` that has a drafted child, root first: the probability that this very
+    child was accepted, given what was drawn: min(1, p(x) / r(x)) for the child x drafted from r (verify.py's
+    test), which for a deterministic child (greedy) is 1 if x is the target's token and 0 if not. What the
+    controller's `chain_rule` learns from: how acceptance follows the drafter's confidence in its pick. Unlike
+    `expected_acceptance` it is about the drawn token, not the average draw, so it holds for greedy steps too.
+    None when the step is not a chain."""
+    children = [tree.children(node) for node in path]
+    if any(len(c) > 1 for c in children):
+        return None
+    reached = [(node, kids[0]) for node, kids in zip(path, children) if kids]
+    if not reached:
+        return []
+    rows = target_logits[[node for node, _ in reached]]
+    if sampling.is_greedy:
+        best = rows.float().argmax(-1).tolist()  # verify.py's greedy token
+        return [float(tree.tokens[child] == b) for (_, child), b in zip(reached, best)]
+    probs = logits_to_probs(rows, sampling).double()
+    out = []
+    for (node, child), p in zip(reached, probs):
+        x = tree.tokens[child]
+        q = tree.child_probs.get(node)
+        r = 1.0 if q is None else float(q[x].double() / q.double().sum())
+        out.append(min(1.0, float(p[x]) / r) if r > 0 else 0.0)
+    return out

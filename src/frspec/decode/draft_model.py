@@ -12,7 +12,7 @@ from frspec.decode.kv_cache import (
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.timing import now
 from frspec.decode.token_tree import TokenTree, check_tree_support, expansion_inputs
-from frspec.decode.tree_growth import add_children, grow_tree
+from frspec.decode.tree_growth import KeepDrafting, add_children, grow_tree, pick_probability
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
 from frspec.models.loading import check_context_length, vocab_size_of
@@ -102,7 +102,8 @@ class DraftModelDrafter(Drafter):
         enable_rollback(self.cache)
 
     def propose(
-        self, context: torch.Tensor, shape: TreeShape, sampling: SamplingParams, generator: torch.Generator | None
+        self, context: torch.Tensor, shape: TreeShape, sampling: SamplingParams, generator: torch.Generator | None,
+        keep_drafting: KeepDrafting | None = None,
     ) -> TokenTree:
         start = now(self.device)
         inputs = context[:, cache_length(self.cache) :].to(self.device)
@@ -111,25 +112,29 @@ class DraftModelDrafter(Drafter):
         self._add_request_tokens(inputs)  # the tokens accepted since the last proposal, and the root
         root = int(context[0, -1])
         if shape.kind == "chain":
-            tree = self._chain(root, inputs, shape.depth, sampling, generator)
+            tree = self._chain(root, inputs, shape.depth, sampling, generator, keep_drafting)
         else:
             tree = self._tree(root, inputs, context.shape[1], shape, sampling, generator)
         self.time_s += now(self.device) - start
         return tree
 
-    def _chain(self, root: int, inputs, depth: int, sampling, generator) -> TokenTree:
-        """Draft `depth` tokens one after another with the model's own causal mask (no tree mask needed).
+    def _chain(self, root: int, inputs, depth: int, sampling, generator, keep_drafting) -> TokenTree:
+        """Draft up to `depth` tokens one after another with the model's own causal mask (no tree mask needed),
+        fewer where `keep_drafting` says stop.
 
         Each token is chosen by `add_children`, the rule trees use too (one child per node)."""
         tree, node = TokenTree.from_root(root), 0
-        for _ in range(depth):
+        for level in range(1, depth + 1):
             hidden = self.base(input_ids=inputs, cache=self.cache, use_cache=True).last_hidden_state[:, -1]
+            self.steps += 1
             # LM-head time is the head alone, as for trees; choosing the child counts as drafting time.
-            node = add_children(tree, node, self._logits(hidden)[0], 1, sampling, generator, self.vocab)[0]
+            logits = self._logits(hidden)[0]
+            parent, node = node, add_children(tree, node, logits, 1, sampling, generator, self.vocab)[0]
+            if keep_drafting is not None and not keep_drafting(pick_probability(tree, parent, node, logits, sampling)):
+                break
             inputs = torch.tensor([[tree.tokens[node]]], device=self.device)
         # The last drafted token is not fed to the model: it is only needed if all drafts are accepted, and then
         # the next propose() feeds it together with the target's bonus token.
-        self.steps += depth
         return tree
 
     def _tree(self, root: int, inputs, n: int, shape: TreeShape, sampling, generator) -> TokenTree:

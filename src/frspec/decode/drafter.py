@@ -17,6 +17,7 @@ import torch
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.timing import now
 from frspec.decode.token_tree import TokenTree
+from frspec.decode.tree_growth import KeepDrafting
 from frspec.decode.tree_shape import TreeShape
 from frspec.vocab.tokenizer_identity import tokenizer_identity
 from frspec.vocab.draft_vocab import DraftVocab
@@ -82,9 +83,12 @@ class Drafter:
         raise NotImplementedError
 
     def propose(
-        self, context: torch.Tensor, shape: TreeShape, sampling: SamplingParams, generator: torch.Generator | None
+        self, context: torch.Tensor, shape: TreeShape, sampling: SamplingParams, generator: torch.Generator | None,
+        keep_drafting: KeepDrafting | None = None,
     ) -> TokenTree:
-        """Propose a token tree of `shape` whose root is the pending token context[0, -1] (see token_tree.py)."""
+        """Propose a token tree of `shape` whose root is the pending token context[0, -1] (see token_tree.py). A
+        chain asks `keep_drafting` after each token whether to draft another (tree_growth.KeepDrafting), so it may
+        be shorter than `shape.depth`."""
         raise NotImplementedError
 
     def observe_target(self, hidden_states, rows: torch.Tensor | None = None) -> None:

@@ -22,7 +22,7 @@ from frspec.decode.kv_cache import cache_length, truncate_cache
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.timing import now
 from frspec.decode.token_tree import TokenTree, expansion_inputs
-from frspec.decode.tree_growth import grow_tree
+from frspec.decode.tree_growth import KeepDrafting, grow_tree
 from frspec.decode.tree_shape import TreeShape
 from frspec.models.attention import check_arbitrary_masks
 from frspec.models.eagle import EagleHead
@@ -102,7 +102,8 @@ class EagleDrafter(Drafter):
 
     @torch.inference_mode()
     def propose(
-        self, context: torch.Tensor, shape: TreeShape, sampling: SamplingParams, generator: torch.Generator | None
+        self, context: torch.Tensor, shape: TreeShape, sampling: SamplingParams, generator: torch.Generator | None,
+        keep_drafting: KeepDrafting | None = None,
     ) -> TokenTree:
         """Draft a tree of `shape` rooted at the pending token context[0, -1]."""
         start = now(self.device)
@@ -132,7 +133,8 @@ class EagleDrafter(Drafter):
             return self._logits(feats[0])
 
         root_logits = self._logits(out[0, -1:])[0]
-        tree = grow_tree(int(context[0, n - 1]), root_logits, shape, expand, sampling, generator, vocab=self.vocab)
+        tree = grow_tree(int(context[0, n - 1]), root_logits, shape, expand, sampling, generator, vocab=self.vocab,
+                         keep_drafting=keep_drafting)
         truncate_cache(self.cache, n - 1)  # drop the tree: accepted tokens come back paired with target states
         self.time_s += now(self.device) - start
         return tree

@@ -12,9 +12,9 @@ from typing import Generator, Iterable, Iterator, Sequence
 
 import torch
 
-from frspec.decode.acceptance import expected_acceptance
+from frspec.decode.acceptance import drawn_acceptance, expected_acceptance
 from frspec.decode.controller import (
-    PROMPT_WINDOW, ControllerSettings, ControllerState, Plan, choose, new_request, observe, observe_prompt,
+    PROMPT_WINDOW, ControllerSettings, ControllerState, Plan, chain_rule, choose, new_request, observe, observe_prompt,
     prefill_pays, speculation_can_pay, step_shape, target_rows,
 )
 from frspec.decode.cost_calibration import StepTimings, save_timings
@@ -312,8 +312,9 @@ class SpeculativeGenerator:
         # Only a ranked head serves several map sizes; a plain DraftVocab (no map, or a static one) has one.
         if plan.depth and isinstance(vocab, RankedVocab) and vocab.map_size != plan.size:
             vocab.set_size(plan.size)  # before proposing: the proposal is drafted and verified over these rows
-        shape = None if plan.depth == 0 else (self.controller.shape or TreeShape.chain(plan.depth))
-        step = decode_step(self.target, self.drafter, state, shape, self.hidden_layers, remaining)
+        shape = None if plan.depth == 0 else (self.controller.shape or TreeShape.chain(plan.drafts))
+        keep = chain_rule(control, self.costs, plan, context) if shape is not None and shape.kind == "chain" else None
+        step = decode_step(self.target, self.drafter, state, shape, self.hidden_layers, remaining, keep)
         if timed is not None and step.drafted_depth:
             timed.add_draft(step_shape(self.controller, step.drafted_depth), plan.size, context, behind,
                             self.drafter.time_s - drafting_before)
@@ -324,7 +325,10 @@ class SpeculativeGenerator:
             if isinstance(vocab, RankedVocab):
                 inside = vocab.ranks(torch.arange(vocab.vocab_size)) < plan.size
             expected = expected_acceptance(step.tree, step.target_logits, step.path, state.sampling, inside)
-        observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks, expected)
+        drawn = None
+        if step.drafted_depth:
+            drawn = drawn_acceptance(step.tree, step.target_logits, step.path, state.sampling)
+        observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks, expected, drawn)
         stats.record_choice(step.drafted_depth, plan.size)
         return step
 

@@ -32,6 +32,7 @@ from frspec.decode.kv_cache import enable_rollback, keep_path, new_cache
 from frspec.decode.sampling import SamplingParams, make_generator
 from frspec.decode.timing import now
 from frspec.decode.token_tree import TokenTree
+from frspec.decode.tree_growth import KeepDrafting
 from frspec.decode.tree_shape import TreeShape
 from frspec.decode.verify import verify
 
@@ -99,8 +100,10 @@ def decode_step(
     shape: TreeShape | None,
     hidden_layers: list[int] | None,
     remaining: int,
+    keep_drafting: KeepDrafting | None = None,
 ) -> StepResult:
-    """One speculative step (module docstring); `remaining` is how many tokens the request may still emit."""
+    """One speculative step (module docstring); `remaining` is how many tokens the request may still emit;
+    `keep_drafting` may end a chain before its shape's depth (tree_growth.KeepDrafting)."""
     device = state.buf.device
     n = state.length
     past = n - 1  # the target cache holds everything but the pending token, the tree's root
@@ -108,7 +111,10 @@ def decode_step(
     # shape None with a drafter: a plain step inside a speculative request (the controller chose not to draft).
     depth = 0 if drafter is None or shape is None else min(shape.depth, remaining - 1)
     if depth >= 1:
-        tree = drafter.propose(state.buf[:, :n], shape.with_depth(depth), state.sampling, state.generator)
+        tree = drafter.propose(state.buf[:, :n], shape.with_depth(depth), state.sampling, state.generator,
+                               keep_drafting)
+        if shape.kind == "chain":
+            depth = tree.max_depth  # it may have stopped early
     else:
         depth, tree = 0, TokenTree.from_root(int(state.buf[0, n - 1]))
     start = now(device)

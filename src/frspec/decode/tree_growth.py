@@ -23,6 +23,11 @@ from frspec.vocab.draft_vocab import DraftVocab
 # expand(tree, nodes) runs the drafter on `nodes` (already in `tree`, their ancestors already seen by the drafter)
 # and returns its logits at those nodes, [len(nodes), draft_vocab].
 ExpandFn = Callable[[TokenTree, list[int]], torch.Tensor]
+# keep_drafting(p) is told, after each token a chain drafts, the draft distribution's probability p of that token
+# (`pick_probability`), and answers whether to draft another (decode/controller.py's `chain_rule`; after the
+# shape's last token the answer is not needed, but the probability is still told). It sees only
+# what the drafter drew, never the target, so a chain cut short is as valid a proposal as any other length.
+KeepDrafting = Callable[[float], bool]
 
 
 def grow_tree(
@@ -33,6 +38,7 @@ def grow_tree(
     params: SamplingParams,
     generator: torch.Generator | None = None,
     vocab: DraftVocab | None = None,
+    keep_drafting: KeepDrafting | None = None,
 ) -> TokenTree:
     """Grow a draft tree of `shape` from the drafter's logits at the root.
 
@@ -43,6 +49,8 @@ def grow_tree(
     Greedy params (and every dynamic tree) choose children deterministically: the top-`branching` draft tokens.
     Sampling params on chains and static trees draw children from the draft distribution without replacement,
     recording that distribution (over target ids) in `child_probs` for lossless verification.
+
+    `keep_drafting` (chains only) may end the chain before `shape.depth`.
     """
     tree = TokenTree.from_root(root_token)
     if shape.kind == "dynamic":
@@ -53,7 +61,10 @@ def grow_tree(
         new_nodes = []
         for row, parent in enumerate(frontier):
             new_nodes.extend(add_children(tree, parent, logits[row], shape.branching, params, generator, vocab))
-        if level == shape.depth or not new_nodes:
+        go_on = True
+        if keep_drafting is not None and shape.kind == "chain" and new_nodes:
+            go_on = keep_drafting(pick_probability(tree, frontier[0], new_nodes[0], logits[0], params))
+        if level == shape.depth or not new_nodes or not go_on:
             break
         frontier, logits = new_nodes, expand(tree, new_nodes)
     return tree
@@ -84,6 +95,16 @@ def add_children(
         picks = _sample_without_replacement(probs, n, generator)
         tree.child_probs[parent] = vocab.to_full(probs)
     return [tree.add_child(parent, _target_id(idx, vocab)) for idx in picks]
+
+
+def pick_probability(tree: TokenTree, parent: int, child: int, logits: torch.Tensor, params: SamplingParams
+                     ) -> float:
+    """The draft distribution's probability of `child`, chosen under `parent` from the draft `logits` by
+    `add_children`: the drafter's own confidence in it. Sampled: the recorded distribution at the drawn token;
+    greedy: the softmax's maximum, the argmax's probability."""
+    if params.is_greedy:
+        return float(torch.softmax(logits.float(), dim=-1).max())
+    return float(tree.child_probs[parent][tree.tokens[child]])
 
 
 def _grow_dynamic(tree, root_logits, shape, expand, params, vocab) -> None:
