@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from frspec.decode.acceptance import expected_acceptance
+from frspec.decode.acceptance import drawn_acceptance, expected_acceptance
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.token_tree import TokenTree
 from frspec.decode.verify import verify
@@ -23,6 +23,29 @@ def chain(tokens, probs):
         tree.add_child(i, x)
     tree.child_probs.update({i: q for i, q in enumerate(probs)})
     return tree
+
+
+def test_drawn_acceptance_is_the_verifiers_test_of_the_drawn_token_and_averages_to_the_overlap():
+    """min(1, p(x) / q(x)) for the drafted x; over x ~ q it averages to beta = sum min(p, q) exactly (so it is the
+    same evidence as expected_acceptance, about the very token drawn); greedy: 1 for the target's argmax, else 0."""
+    q, logits = drafts(torch.Generator().manual_seed(3))
+    p = torch.softmax(logits.double(), -1)
+    averaged = 0.0
+    for x in range(V):
+        if q[0][x] == 0:
+            continue
+        tree = chain([0, x, 5], [q[0], q[1]])
+        drawn = drawn_acceptance(tree, logits, [0, 1, 2], T1)
+        assert len(drawn) == 2 and drawn_acceptance(tree, logits, [0], T1) == drawn[:1]
+        assert math.isclose(drawn[0], min(1.0, float(p[0][x] / q[0][x].double())), rel_tol=1e-6)
+        averaged += float(q[0][x]) * drawn[0]
+    assert math.isclose(averaged, float(torch.minimum(p[0], q[0].double()).sum()), rel_tol=1e-6)
+    best = int(logits[0].argmax())
+    assert drawn_acceptance(chain([0, best], []), logits[:2], [0, 1], SamplingParams()) == [1.0]
+    assert drawn_acceptance(chain([0, (best + 1) % V], []), logits[:2], [0], SamplingParams()) == [0.0]
+    tree = chain([0, 3], [q[0]])
+    tree.add_child(0, 7)  # a second child at the root: not a chain
+    assert drawn_acceptance(tree, torch.cat([logits, logits[:1]]), [0], T1) is None
 
 
 def drafts(gen):

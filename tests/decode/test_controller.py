@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from frspec.decode.controller import (EXPLORE_LOSS, ControllerSettings, Plan, choose, expected_tokens, new_request,
-                                      observe, rates)
+from frspec.decode.controller import (EXPLORE_LOSS, ControllerSettings, Plan, chain_rule, choose, expected_tokens,
+                                      new_request, observe, rates)
 from frspec.decode.step_costs import StepCosts
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
@@ -372,3 +372,67 @@ def test_the_prompts_tokens_are_evidence_of_coverage_before_the_first_step():
     empty = new_request(settings, prior)
     observe_prompt(empty, [])
     assert empty.coverage(8192) == blind.coverage(8192)
+
+
+def drafted_under_the_rule(state, step_costs, plan, probabilities) -> int:
+    """How many tokens a chain drafts for `plan` under `chain_rule` when its picks have these draft probabilities
+    (as the drafters ask it: after every token, stopping at the first no or at the plan's longest)."""
+    keep = chain_rule(state, step_costs, plan)
+    for n, probability in enumerate(probabilities, 1):
+        if not keep(probability) or n == plan.drafts:
+            return n
+    raise AssertionError("more probabilities needed")
+
+
+@pytest.mark.parametrize("target", [lambda n: 0.3 + 0.01 * n, lambda n: 0.3 + 0.05 * n, lambda n: 0.3 + 0.1 * n])
+def test_without_evidence_of_confidence_a_chain_stops_at_the_best_fixed_length(target):
+    """Every confidence bin at the pooled rate: the probability the chain so far is all accepted falls as the fixed
+    lengths' expectation does, so another draft pays exactly while a longer fixed length would have: the chain
+    drafts the best fixed length, whatever the pick probabilities (the rule can only gain where they say more)."""
+    step_costs = costs(target, base=0.05)
+    state = new_request(ControllerSettings(sizes=SIZES))
+    plan = choose(state, step_costs)
+    assert plan.adaptive and plan.longest == max(state.settings.depths) > plan.depth >= 1
+    for probability in (0.01, 0.5, 0.99):
+        assert drafted_under_the_rule(state, step_costs, plan, [probability] * 10) == plan.depth
+
+
+def test_unsure_picks_end_a_chain_and_sure_ones_run_it_to_the_longest_length():
+    """Evidence that drafts drawn at a draft probability above 0.9 are accepted and those below 0.1 are not: a
+    chain runs on through sure picks to the longest allowed length and stops right after an unsure one."""
+    step_costs = costs(lambda n: 0.3 + 0.02 * n, base=0.05)
+    state = new_request(ControllerSettings(sizes=SIZES))
+    # Every position is accepted as often as the others (2 in 3); the pick's probability tells which.
+    histories = [([0.97, 0.97, 0.97], 3), ([0.97, 0.03], 1), ([0.03], 0), ([0.97, 0.97, 0.97], 3),
+                 ([0.97, 0.97, 0.03], 2), ([0.03], 0)]
+    for i in range(60):
+        picks, accepted = histories[i % len(histories)]
+        plan = choose(state, step_costs)
+        keep = chain_rule(state, step_costs, plan)
+        for probability in picks:
+            keep(probability)
+        drawn = [1.0] * accepted + [0.0] * (len(picks) - accepted)
+        observe(state, Plan(len(picks), plan.size), accepted, [0] * (accepted + 1), drawn=drawn)
+        assert state.confidences == []  # taken by observe
+    assert state.confident_acceptance(0.95) > 0.9 > 0.2 > state.confident_acceptance(0.05)
+    plan = choose(state, step_costs)
+    assert plan.adaptive and plan.longest == 6
+    assert drafted_under_the_rule(state, step_costs, plan, [0.97] * 10) == 6
+    assert drafted_under_the_rule(state, step_costs, plan, [0.97, 0.97, 0.03] + [0.97] * 7) == 3
+    assert drafted_under_the_rule(state, step_costs, plan, [0.03] + [0.97] * 9) == 1
+
+
+def test_only_the_best_estimates_chains_stop_early_and_every_chain_records_its_confidences():
+    """Fixed plans (stop_early off, probes, timing drafts, trees) draft their whole length; the rule still records
+    each pick's probability for the bins."""
+    step_costs = costs(lambda n: 0.3 + 0.02 * n, base=0.05)
+    state = new_request(ControllerSettings(sizes=SIZES, stop_early=False))
+    plan = choose(state, step_costs)
+    assert plan.depth >= 1 and not plan.adaptive and plan.drafts == plan.depth
+    keep = chain_rule(state, step_costs, plan)
+    assert all(keep(0.01) for _ in range(plan.depth))
+    assert state.confidences == [0.01] * plan.depth
+    observe(state, plan, 0, [0], drawn=[0.0])
+    assert state.confident_drafts[0] == 1.0 and state.confidences == []
+    tree = new_request(ControllerSettings(sizes=SIZES, shape=TreeShape.static(2, 2)))
+    assert not choose(tree, step_costs).adaptive

@@ -101,3 +101,46 @@ def test_engine_samples_follow_the_target_with_k_changing_every_step(target, ref
     tv = check_distribution(counts, reference, f"engine {drafter} with k changing every step")
     if SCALE >= 1:
         assert tv <= E2E_TV, tv
+
+
+@pytest.mark.lossless_heavy
+def test_engine_samples_follow_the_target_when_a_chains_length_depends_on_its_draws(target, reference, monkeypatch):
+    """A chain that stops after its first token when the draft gave that token less than 0.4, and drafts a second
+    otherwise (the controller's chain_rule stops on the drafter's confidence in what it drew): the length of the
+    proposal depends on the draw itself, yet (x2, x3) follow the target's joint law. Same power as above (a TV of
+    E2E_TV, power 0.9, alpha 1e-3; asserted)."""
+    from frspec.decode import engine
+    from frspec.decode.controller import Plan, _record
+    from frspec.decode.step_costs import StepCosts
+
+    costs = StepCosts({n: 1.0 for n in range(1, 4)}, {1: 0.01}, {V: {1: 0.001}}, full_size=V)
+    ranking = TokenMap([0, 2, 3, 5, 6, 8, 9, 11, 12, 15], V)
+    generator = build_generator(target, draft=noisy_copy(target, 0.3, seed=1), token_map=ranking,
+                                token_map_size="auto", costs=costs, recalibrate_costs=False)
+    decided = [0, 0]  # chains stopped after their first token, chains that went on
+
+    def schedule(state, step_costs, remaining=None, context=None):
+        longest = min(2, max((remaining or 1) - 1, 0))
+        return _record(state, Plan(min(1, longest), state.settings.sizes[-1], longest=longest, rate=1.0))
+
+    def rule(state, step_costs, plan, context=None):
+        asked = []
+
+        def keep(probability):
+            asked.append(probability)
+            go_on = probability >= 0.4
+            if len(asked) == 1 and plan.longest == 2:
+                decided[go_on] += 1
+            return go_on
+
+        return keep
+
+    monkeypatch.setattr(engine, "choose", schedule)
+    monkeypatch.setattr(engine, "chain_rule", rule)
+    n = e2e_sample_size(reference)
+    counts, accepted = sample_second_and_third(generator, PROMPT, n, V, dict(temperature=T, top_k=K, top_p=P))
+    assert accepted > n // 8, "drafts must be accepted often enough for the check to test speculation"
+    assert min(decided) > n // 10, decided  # both lengths, decided by the draws
+    tv = check_distribution(counts, reference, "engine with chains cut by the draft's confidence")
+    if SCALE >= 1:
+        assert tv <= E2E_TV, tv

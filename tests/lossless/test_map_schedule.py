@@ -134,6 +134,35 @@ def test_greedy_identity_under_the_real_controller(target, prompts_and_refs, nam
     assert chosen
 
 
+@pytest.mark.parametrize("name", ["draft-chain", "eagle2-chain", "eagle3-d2t-chain"])
+def test_greedy_identity_with_chains_cut_by_the_drafts_confidence(target, prompts_and_refs, monkeypatch, name):
+    """Chains whose length follows what the drafter drew: every step may draft up to 5 tokens and stops after a
+    pick whose draft probability falls in a third of a scatter of fine intervals (the controller's chain_rule
+    decides from learned bins; this rule stops chains at every length, whatever the tiny models' confidences).
+    Token for token the target's greedy output."""
+    prompts, refs = prompts_and_refs
+    generator = build_generator(target, token_map=_ranking(), token_map_size="auto", costs=FLAT,
+                                recalibrate_costs=False, **drafters(target)[name])
+    sizes = generator.controller.sizes
+    step = itertools.count()
+
+    def schedule(state, costs, remaining=None, context=None):
+        longest = min(5, max((remaining or 1) - 1, 0))
+        return _record(state, Plan(min(1, longest), sizes[next(step) % len(sizes)], longest=longest, rate=1.0))
+
+    def rule(state, costs, plan, context=None):
+        return lambda probability: int(probability * 1e6) % 3 != 0
+
+    monkeypatch.setattr(_engine, "choose", schedule)
+    monkeypatch.setattr(_engine, "chain_rule", rule)
+    lengths = [0] * 6
+    for prompt, ref in zip(prompts, refs):
+        out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+        assert out.token_ids == ref, f"{name} prompt={prompt}"
+        lengths = [a + b for a, b in zip(lengths, out.stats.chosen_depth_histogram + [0] * 6)]
+    assert lengths[1] > 0 and sum(lengths[2:5]) > 0 and lengths[5] > 0, lengths  # cut early, cut later, ran long
+
+
 # k + 1 rows cost k + 1 one-row forwards (the 2-core EPYC in bf16): no draft can pay.
 LINEAR = StepCosts({n: 1.0 * n for n in range(1, 10)}, {1: 0.01}, {16: {1: 0.001}, VOCAB: {1: 0.004}},
                    full_size=VOCAB)

@@ -63,18 +63,18 @@ the best: a wrong table entry can only flip a decision that close, and the contr
 the length it wrongly avoids. The counts it goes by are those at the request's start plus its own steps', so this
 too is a function of the seed, the observations and the starting table.
 
-A chain chosen this way may run longer than the best fixed length and stops where the drafter's own confidence says the next draft will not pay
-(`chain_rule`): after each drafted token the drafter reports the draft distribution's probability of it, and how
-often tokens drafted at such a probability were accepted (`drawn_acceptance` in decode/acceptance.py; learned per
-request in `CONFIDENCE_EDGES` bins, shrunk to the pooled rate) turns the chain so far into the probability that all
-of it is accepted. Another draft then adds that probability times the next position's estimated acceptance in
-tokens, for one more draft forward and target row (the costs); it is drafted while that is at least what the same
-time earns at the rate the step was chosen for, up to the longest allowed length. With confidence telling nothing
-(every bin at the pooled rate) this stops where the best fixed length does; with it, sure stretches draft long and
-unsure picks end the chain (measured on MT-Bench at temperature 1.0 with the real pair: a draw the drafter gave
-under 5% was accepted 42% of the time, one above 90% 97%; replayed over those chains at the table's costs, stopping
-this way beat the best fixed length by 5%). Only chains the controller chose as the best estimate stop early; probes,
-timing drafts and bound-driven tries draft their length.
+A chain chosen this way may run longer than the best fixed length, and stops where the drafter's own confidence says
+the next draft will not pay (`chain_rule`): after each drafted token the drafter reports the draft distribution's
+probability of it, and how often tokens drafted at such a probability were accepted (`drawn_acceptance` in
+decode/acceptance.py; learned per request in `CONFIDENCE_EDGES` bins, shrunk to the pooled rate) turns the chain so
+far into the probability that all of it is accepted. Another draft then adds that probability times the next
+position's estimated acceptance in tokens, for one more draft forward and target row (the costs); it is drafted
+while that is at least what the same time earns at the rate the step was chosen for, up to the longest allowed
+length. With confidence telling nothing (every bin at the pooled rate) this stops where the best fixed length does;
+with it, sure stretches draft long and unsure picks end the chain (measured on MT-Bench at temperature 1.0 with the
+real pair: a draw the drafter gave under 5% was accepted 42% of the time, one above 90% 97%; replayed over those
+chains at the table's costs, stopping this way beat the best fixed length by 5%). Only chains the controller chose
+as the best estimate stop early; probes, timing drafts and bound-driven tries draft their length.
 
 Losslessness does not depend on any of this: every (d, k) is a valid proposal, verified by the one verifier, and a
 chain's length depends only on what the drafter drew, never on the target.

@@ -148,7 +148,9 @@ def build_generator(
     elif tree is not None and tree.kind != "chain":
         settings = ControllerSettings(sizes=sizes, shape=tree, allow_plain=False, recalibrate=recalibrate_costs)
     else:
-        settings = ControllerSettings(sizes=sizes, depths=(tree.depth,), recalibrate=recalibrate_costs)
+        # A length the caller gave is drafted whole: only the map size is chosen.
+        settings = ControllerSettings(sizes=sizes, depths=(tree.depth,), recalibrate=recalibrate_costs,
+                                      stop_early=False)
     if isinstance(vocab, RankedVocab):
         vocab.set_context_floor(settings.sizes[0])  # context rows for tokens beyond the smallest map only
     timings = None
