@@ -25,8 +25,8 @@ from frspec.vocab.draft_vocab import DraftVocab
 ExpandFn = Callable[[TokenTree, list[int]], torch.Tensor]
 # keep_drafting(p) is told, after each token a chain drafts, the draft distribution's probability p of that token
 # (`pick_probability`), and answers whether to draft another (decode/controller.py's `chain_rule`; after the
-# shape's last token the answer is not needed, but the probability is still told). It sees only
-# what the drafter drew, never the target, so a chain cut short is as valid a proposal as any other length.
+# shape's last token the answer is not needed, but the probability is still told). It sees only what the drafter
+# drew, never the target, so a chain cut short is as valid a proposal as any other length.
 KeepDrafting = Callable[[float], bool]
 
 
