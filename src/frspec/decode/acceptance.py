@@ -39,27 +39,7 @@ def expected_acceptance(
     """(beta, mass) for each node of the accepted `path` that has a drafted child, root first (module docstring);
     `target_logits` [len(tree), V] are the verified step's, `inside` a bool mask over V of the rows the chain was
     drafted from (None: every token counts as inside, mass 1). None when the step was greedy or is not a chain."""
-    if sampling.is_greedy:
-        return None
-    children = [tree.children(node) for node in path]
-    if any(len(c) > 1 for c in children):
-        return None
-    reached = [(node, kids[0]) for node, kids in zip(path, children) if kids]  # the path's last node may be a leaf
-    if not reached:
-        return []
-    probs = logits_to_probs(target_logits[[node for node, _ in reached]], sampling).double()  # as verify.py does
-    out = []
-    for (node, child), p in zip(reached, probs):
-        x = tree.tokens[child]
-        q = tree.child_probs.get(node)
-        if q is None:  # a deterministic child: its proposal is all mass on x
-            beta = float(p[x])
-        else:
-            q = q.to(device=p.device, dtype=torch.float64)
-            beta = float(torch.minimum(p, q / q.sum()).sum())
-        mass = 1.0 if inside is None else float(p[inside.to(p.device)].sum())
-        out.append((min(beta, mass), mass))
-    return out
+    return chain_acceptance(tree, target_logits, path, sampling, inside)[0]
 
 
 def drawn_acceptance(tree: TokenTree, target_logits: torch.Tensor, path: list[int],
@@ -70,21 +50,40 @@ def drawn_acceptance(tree: TokenTree, target_logits: torch.Tensor, path: list[in
     controller's `chain_rule` learns from: how acceptance follows the drafter's confidence in its pick. Unlike
     `expected_acceptance` it is about the drawn token, not the average draw, so it holds for greedy steps too.
     None when the step is not a chain."""
+    return chain_acceptance(tree, target_logits, path, sampling)[1]
+
+
+def chain_acceptance(
+    tree: TokenTree,
+    target_logits: torch.Tensor,
+    path: list[int],
+    sampling: SamplingParams,
+    inside: torch.Tensor | None = None,
+) -> tuple[list[tuple[float, float]] | None, list[float] | None]:
+    """Both records of a verified chain step, `expected_acceptance`'s and `drawn_acceptance`'s, from one softmax
+    of the target's logits at the reached nodes (the engine needs both after every sampled step)."""
     children = [tree.children(node) for node in path]
     if any(len(c) > 1 for c in children):
-        return None
-    reached = [(node, kids[0]) for node, kids in zip(path, children) if kids]
+        return None, None
+    reached = [(node, kids[0]) for node, kids in zip(path, children) if kids]  # the path's last node may be a leaf
     if not reached:
-        return []
+        return (None if sampling.is_greedy else []), []
     rows = target_logits[[node for node, _ in reached]]
-    if sampling.is_greedy:
+    if sampling.is_greedy:  # the outcome given the prefix is certain: only the drawn record
         best = rows.float().argmax(-1).tolist()  # verify.py's greedy token
-        return [float(tree.tokens[child] == b) for (_, child), b in zip(reached, best)]
-    probs = logits_to_probs(rows, sampling).double()
-    out = []
+        return None, [float(tree.tokens[child] == b) for (_, child), b in zip(reached, best)]
+    probs = logits_to_probs(rows, sampling).double()  # as verify.py does
+    expected, drawn = [], []
     for (node, child), p in zip(reached, probs):
         x = tree.tokens[child]
         q = tree.child_probs.get(node)
-        r = 1.0 if q is None else float(q[x].double() / q.double().sum())
-        out.append(min(1.0, float(p[x]) / r) if r > 0 else 0.0)
-    return out
+        if q is None:  # a deterministic child: its proposal is all mass on x
+            beta, r = float(p[x]), 1.0
+        else:
+            q = q.to(device=p.device, dtype=torch.float64)
+            q = q / q.sum()
+            beta, r = float(torch.minimum(p, q).sum()), float(q[x])
+        mass = 1.0 if inside is None else float(p[inside.to(p.device)].sum())
+        expected.append((min(beta, mass), mass))
+        drawn.append(min(1.0, float(p[x]) / r) if r > 0 else 0.0)
+    return expected, drawn

@@ -12,7 +12,7 @@ from typing import Generator, Iterable, Iterator, Sequence
 
 import torch
 
-from frspec.decode.acceptance import drawn_acceptance, expected_acceptance
+from frspec.decode.acceptance import chain_acceptance
 from frspec.decode.controller import (
     PROMPT_WINDOW, ControllerSettings, ControllerState, Plan, chain_rule, choose, new_request, observe, observe_prompt,
     prefill_pays, speculation_can_pay, step_shape, target_rows,
@@ -319,15 +319,12 @@ class SpeculativeGenerator:
             timed.add_draft(step_shape(self.controller, step.drafted_depth), plan.size, context, behind,
                             self.drafter.time_s - drafting_before)
         ranks = vocab.ranks(step.tokens).tolist() if isinstance(vocab, RankedVocab) else None
-        expected = None
-        if step.drafted_depth and not state.sampling.is_greedy:
-            inside = None  # an unranked head's tokens all count as inside its rows, as in `ranks` above
-            if isinstance(vocab, RankedVocab):
-                inside = vocab.ranks(torch.arange(vocab.vocab_size)) < plan.size
-            expected = expected_acceptance(step.tree, step.target_logits, step.path, state.sampling, inside)
-        drawn = None
+        expected = drawn = None
         if step.drafted_depth:
-            drawn = drawn_acceptance(step.tree, step.target_logits, step.path, state.sampling)
+            inside = None  # an unranked head's tokens all count as inside its rows, as in `ranks` above
+            if isinstance(vocab, RankedVocab) and not state.sampling.is_greedy:
+                inside = vocab.ranks(torch.arange(vocab.vocab_size)) < plan.size
+            expected, drawn = chain_acceptance(step.tree, step.target_logits, step.path, state.sampling, inside)
         observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks, expected, drawn)
         stats.record_choice(step.drafted_depth, plan.size)
         return step
