@@ -70,11 +70,13 @@ decode/acceptance.py; learned per request in `CONFIDENCE_EDGES` bins, shrunk to 
 far into the probability that all of it is accepted. Another draft then adds that probability times the next
 position's estimated acceptance in tokens, for one more draft forward and target row (the costs); it is drafted
 while that, plus what going on after it is expected to be worth (`LOOKAHEAD` picks ahead, each falling in a
-confidence bin as often as this request's picks have), is at least what the same time earns at the rate the step was
-chosen for, up to the longest allowed length. With confidence telling nothing (every bin at the pooled rate) this stops where the best fixed length does;
-with it, sure stretches draft long and unsure picks end the chain (measured on MT-Bench at temperature 1.0 with the
-real pair: a draw the drafter gave under 5% was accepted 42% of the time, one above 90% 97%; replayed over those
-chains at the table's costs, stopping this way beat the best fixed length by 5%). Only chains the controller chose
+confidence bin as often as this request's picks have; beyond them the best run at the positions' estimates), is at
+least what the same time earns at the rate the step was chosen for, up to the longest allowed length. With
+confidence telling nothing (every bin at the pooled rate) this stops where the best fixed length does, whatever the
+cost curve; with it, sure stretches draft long and unsure picks end the chain (measured on MT-Bench at temperature
+1.0 with the real pair: a draw the drafter gave under 5% was accepted 42% of the time, one above 90% 97%; replayed
+over those chains at the table's costs, stopping this way beat the best fixed length by 5%, and by 2% weighing the
+next draft alone). Only chains the controller chose
 as the best estimate stop early; probes, timing drafts and bound-driven tries draft their length.
 
 Losslessness does not depend on any of this: every (d, k) is a valid proposal, verified by the one verifier, and a
@@ -135,7 +137,9 @@ CONFIDENCE_EDGES = (0.1, 0.3, 0.5, 0.7, 0.9)
 # Picks beyond the next one `chain_rule` looks ahead: a draft is worth what it adds plus the chance it opens to go on
 # (a sure pick makes the draft after it pay), so weighing the next draft alone stops too soon. Replayed over chains of
 # 5 at temperature 1.0 with the real pair (docs/auto.md): weighing the next draft alone ran 1.024x the best fixed
-# length at the fresh table's costs, one pick ahead 1.052x; two and three picks ahead chose the same as one.
+# length at the fresh table's costs, one pick ahead 1.052x; two and three picks ahead chose the same as one there.
+# Two: with a flatter target curve and a dearer draft (fake costs, 0.3 + 0.005 n s and 0.07 s) a second pick ahead
+# found a run of sure picks worth drafting that one did not, and a few dozen small sums cost nothing next to a draft.
 LOOKAHEAD = 2
 # The context a step's costs are read at is rounded to this many tokens (costs move little within it; the step
 # times are then computed once per such stretch of a request, not every step).
