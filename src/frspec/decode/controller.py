@@ -76,8 +76,8 @@ confidence telling nothing (every bin at the pooled rate) this stops where the b
 cost curve; with it, sure stretches draft long and unsure picks end the chain (measured on MT-Bench at temperature
 1.0 with the real pair: a draw the drafter gave under 5% was accepted 42% of the time, one above 90% 97%; replayed
 over those chains at the table's costs, stopping this way beat the best fixed length by 5%, and by 2% weighing the
-next draft alone). Only chains the controller chose
-as the best estimate stop early; probes, timing drafts and bound-driven tries draft their length.
+next draft alone). Only chains the controller chose as the best estimate stop early; probes, timing drafts and
+bound-driven tries draft their length.
 
 Losslessness does not depend on any of this: every (d, k) is a valid proposal, verified by the one verifier, and a
 chain's length depends only on what the drafter drew, never on the target.
