@@ -13,8 +13,8 @@ import random
 import pytest
 
 from frspec.decode import controller
-from frspec.decode.controller import (EXPLORE_LOSS, ControllerSettings, Plan, chain_rule, choose, expected_tokens,
-                                      new_request, observe, rates)
+from frspec.decode.controller import (EXPLORE_LOSS, ControllerSettings, Plan, carried_confidence, chain_rule, choose,
+                                      expected_tokens, new_request, observe, rates)
 from frspec.decode.step_costs import StepCosts
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
@@ -424,6 +424,35 @@ def test_unsure_picks_end_a_chain_and_sure_ones_run_it_to_the_longest_length():
     assert drafted_under_the_rule(state, step_costs, plan, [0.97] * 10) == 6
     assert drafted_under_the_rule(state, step_costs, plan, [0.97, 0.97, 0.03] + [0.97] * 7) == 3
     assert drafted_under_the_rule(state, step_costs, plan, [0.03] + [0.97] * 9) == 1
+
+
+def test_a_new_request_starts_from_the_confidence_bins_the_last_one_left():
+    """The bins learned over one request carry to the next (a copy: the new request's picks do not reach back): its
+    first chain already stops after an unsure pick, where empty bins draft on to the best fixed length. Bins of the
+    wrong length are refused in one line."""
+    step_costs = costs(lambda n: 0.3 + 0.02 * n, base=0.05)
+    settings = ControllerSettings(sizes=SIZES)
+    first = new_request(settings)
+    histories = [([0.97, 0.97, 0.97], 3), ([0.97, 0.03], 1), ([0.03], 0)]
+    for i in range(60):
+        picks, accepted = histories[i % len(histories)]
+        keep = chain_rule(first, step_costs, choose(first, step_costs))
+        for probability in picks:
+            keep(probability)
+        observe(first, Plan(len(picks), SIZES[0]), accepted, [0] * (accepted + 1),
+                drawn=[1.0] * accepted + [0.0] * (len(picks) - accepted))
+    carried = carried_confidence(first)
+    fresh, following = new_request(settings), new_request(settings, confidence=carried)
+    assert following.confident_drafts == first.confident_drafts and following.confident_drafts is not carried[1]
+    assert following.confident_acceptance(0.05) < 0.2 < 0.9 < following.confident_acceptance(0.95)
+    plan = choose(following, step_costs)
+    assert plan.adaptive and choose(fresh, step_costs).depth == plan.depth
+    assert drafted_under_the_rule(following, step_costs, plan, [0.03] + [0.97] * 9) == 1
+    assert drafted_under_the_rule(fresh, step_costs, plan, [0.03] + [0.97] * 9) == plan.depth
+    observe(following, Plan(1, SIZES[0]), 0, [0], drawn=[0.0])
+    assert carried_confidence(first) == carried  # the first request's bins are untouched by the second's
+    with pytest.raises(FrspecError, match="confidence bins"):
+        new_request(settings, confidence=([0.0], [0.0]))
 
 
 def test_a_chain_goes_on_past_an_unsure_pick_when_sure_picks_after_it_would_pay(monkeypatch):

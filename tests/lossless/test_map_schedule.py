@@ -22,7 +22,7 @@ from frspec.decode.step_costs import StepCosts
 from frspec.vocab.token_map import TokenMap
 from tests.decode.eagle_tiny import mostly_bigram, oracle_eagle2_head, oracle_eagle3_head
 from tests.decode.spec_tiny import hf_greedy, noisy_copy, tiny_lm
-from tests.lossless.decode_adapter import TreeShape, build_generator
+from tests.lossless.decode_adapter import SamplingParams, TreeShape, build_generator
 
 VOCAB = 128
 PROMPTS = 12
@@ -283,3 +283,32 @@ def test_the_first_step_takes_the_prompts_tokens_as_evidence_of_coverage(target,
         first[name] = firsts[0]
     assert first["inside"].depth and first["inside"].size == smallest
     assert first["beyond"].depth and first["beyond"].size > smallest
+
+
+def test_a_request_starts_from_the_confidence_bins_its_generators_last_request_of_those_settings_left(
+        target, prompts_and_refs, monkeypatch):
+    """The controller's confidence bins carry from request to request within a generator, one set per sampling
+    setting (a sampled request neither reads nor overwrites the greedy ones), and greedy output stays the target's."""
+    prompts, refs = prompts_and_refs
+    given = []
+    real_new_request = _engine.new_request
+
+    def recorded(*args, **kwargs):
+        state = real_new_request(*args, **kwargs)
+        given.append((args[4] if len(args) > 4 else kwargs.get("confidence"), state))
+        return state
+
+    monkeypatch.setattr(_engine, "new_request", recorded)
+    generator = build_generator(target, draft=noisy_copy(target, 0.05, seed=1), token_map=_ranking(),
+                                token_map_size="auto", costs=FLAT, recalibrate_costs=False)
+    hot = SamplingParams(temperature=1.0, seed=3)
+    for i, sampling in enumerate([SamplingParams(), SamplingParams(), hot, SamplingParams(), hot]):
+        out = generator.generate(input_ids=prompts[i], max_new_tokens=NEW, eos_token_ids=[], sampling=sampling)
+        if sampling.is_greedy:
+            assert out.token_ids == refs[i]
+    (first, s0), (second, s1), (third, s2), (fourth, _), (fifth, _) = given
+    assert first is None and third is None  # nothing carried yet for either setting
+    assert sum(s0.confident_drafts) > 0  # the first request drafted and filled its bins ...
+    assert second == (s0.confident_accepted, s0.confident_drafts)  # ... and the second started from them
+    assert fourth == (s1.confident_accepted, s1.confident_drafts)  # the sampled request in between left them alone
+    assert fifth == (s2.confident_accepted, s2.confident_drafts)

@@ -66,11 +66,15 @@ too is a function of the seed, the observations and the starting table.
 A chain chosen this way may run longer than the best fixed length, and stops where the drafter's own confidence says
 the next draft will not pay (`chain_rule`): after each drafted token the drafter reports the draft distribution's
 probability of it, and how often tokens drafted at such a probability were accepted (`drawn_acceptance` in
-decode/acceptance.py; learned per request in `CONFIDENCE_EDGES` bins, shrunk to the pooled rate) turns the chain so
-far into the probability that all of it is accepted. Another draft then adds that probability times the next
+decode/acceptance.py; learned in `CONFIDENCE_EDGES` bins, shrunk to the pooled rate) turns the chain so far into the
+probability that all of it is accepted. The bins are the drafter's calibration against the target, not the
+request's, so a generator carries them from one request to its next with the same sampling settings
+(`carried_confidence`), still decaying per draft: a 64-token request draws some 40-80 picks over six bins, each bin
+leaning on the pooled rate until it holds a few, so started from empty bins it spent much of itself learning what the
+last request knew. Another draft then adds that probability times the next
 position's estimated acceptance in tokens, for one more draft forward and target row (the costs); it is drafted
 while that, plus what going on after it is expected to be worth (`LOOKAHEAD` picks ahead, each falling in a
-confidence bin as often as this request's picks have; beyond them the best run at the positions' estimates), is at
+confidence bin as often as the picks so far have; beyond them the best run at the positions' estimates), is at
 least what the same time earns at the rate the step was chosen for, up to the longest allowed length. With
 confidence telling nothing (every bin at the pooled rate) this stops where the best fixed length does, whatever the
 cost curve; with it, sure stretches draft long and unsure picks end the chain (measured on MT-Bench at temperature
@@ -144,6 +148,10 @@ LOOKAHEAD = 2
 # The context a step's costs are read at is rounded to this many tokens (costs move little within it; the step
 # times are then computed once per such stretch of a request, not every step).
 CONTEXT_STEP = 32
+
+
+# Per CONFIDENCE_EDGES bin: decayed acceptance of the drafts drawn at that draft probability, and decayed drafts.
+ConfidenceBins = tuple[list[float], list[float]]
 
 
 @dataclass(frozen=True)
@@ -291,15 +299,29 @@ class ControllerState:
 
 
 def new_request(settings: ControllerSettings, coverage_prior: dict[int, float] | None = None,
-                seed: int | None = None, timed_rows: dict[int, int] | None = None) -> ControllerState:
+                seed: int | None = None, timed_rows: dict[int, int] | None = None,
+                confidence: ConfidenceBins | None = None) -> ControllerState:
     """A fresh state for one request; `coverage_prior[k]` is the ranking corpus's coverage at k (default 1);
     `timed_rows`: the timed target forwards per row count the costs rest on (cost_calibration.StepTimings), with
-    recalibration on."""
+    recalibration on; `confidence`: the confidence bins earlier requests left (`carried_confidence`), as decayed
+    counts to go on from (None: empty bins)."""
     rng = random.Random(0 if seed is None else seed)
     state = ControllerState(settings, dict(coverage_prior or {}), rng=rng,
                             timed_rows=None if timed_rows is None else dict(timed_rows))
+    if confidence is not None:
+        accepted, drafts = confidence
+        if len(accepted) != len(state.confident_accepted) or len(drafts) != len(state.confident_drafts):
+            raise FrspecError(f"confidence bins carried over must be {len(CONFIDENCE_EDGES) + 1} per count")
+        state.confident_accepted, state.confident_drafts = [float(a) for a in accepted], [float(n) for n in drafts]
     state.next_probe = _probe_interval(state)
     return state
+
+
+def carried_confidence(state: ControllerState) -> ConfidenceBins:
+    """The confidence bins a request leaves for the next one of its kind (module docstring): how often a draft drawn
+    at each draft probability was accepted is the drafter's and the target's, not the request's, so a request need
+    not learn it again from the prior. Copied: the state's own lists stay its own."""
+    return list(state.confident_accepted), list(state.confident_drafts)
 
 
 def observe_prompt(state: ControllerState, token_ranks: Sequence[int]) -> None:

@@ -14,8 +14,8 @@ import torch
 
 from frspec.decode.acceptance import chain_acceptance
 from frspec.decode.controller import (
-    PROMPT_WINDOW, ControllerSettings, ControllerState, Plan, chain_rule, choose, new_request, observe, observe_prompt,
-    prefill_pays, speculation_can_pay, step_shape, target_rows,
+    PROMPT_WINDOW, ConfidenceBins, ControllerSettings, ControllerState, Plan, carried_confidence, chain_rule, choose,
+    new_request, observe, observe_prompt, prefill_pays, speculation_can_pay, step_shape, target_rows,
 )
 from frspec.decode.cost_calibration import StepTimings, save_timings
 from frspec.decode.drafter import Drafter
@@ -140,6 +140,9 @@ class SpeculativeGenerator:
         # one-row forwards): requests then decode plainly from the start, without prefilling or feeding the drafter
         # at all. A request whose drafter prefill drafting would not win back does the same (`_plain_request`).
         self.plain_only = controller is not None and not speculation_can_pay(controller, self.costs)
+        # The controller's confidence bins per sampling setting (greedy, or temperature/top-k/top-p: they change
+        # what a drafted token's probability is), carried from request to request (controller.carried_confidence).
+        self.confidence: dict[tuple, ConfidenceBins] = {}
 
     @property
     def method(self) -> str:
@@ -258,6 +261,8 @@ class SpeculativeGenerator:
                 stats.draft_steps = self.drafter.steps
         stats.wall_time_s = now(self.device) - start - paused
         self._recalibrate(timed)
+        if control is not None:
+            self.confidence[_confidence_key(request.sampling)] = carried_confidence(control)
         stats.tokens = len(generated)
         stats.decode_tokens = max(len(generated) - 1, 0)
         if stream:
@@ -293,7 +298,8 @@ class SpeculativeGenerator:
         if isinstance(vocab, RankedVocab) and vocab.coverage_prior is not None:
             prior = {k: vocab.coverage(k) for k in self.controller.sizes}
         state = new_request(self.controller, prior, sampling.seed,
-                            None if self.timings is None else self.timings.samples())
+                            None if self.timings is None else self.timings.samples(),
+                            self.confidence.get(_confidence_key(sampling)))
         # Where the prompt's tokens lie in the ranking: the first evidence of coverage. Not with context rows: they
         # are the prompt's own tokens, so the prompt says nothing of what lies beyond them.
         if isinstance(vocab, RankedVocab) and not vocab.extra_rows:
@@ -366,6 +372,11 @@ class SpeculativeGenerator:
     @torch.inference_mode()
     def _step(self, state: DecodeState, remaining: int) -> StepResult:
         return decode_step(self.target, self.drafter, state, self.shape, self.hidden_layers, remaining)
+
+
+def _confidence_key(sampling: SamplingParams) -> tuple:
+    """The sampling settings whose requests share confidence bins."""
+    return ("greedy",) if sampling.is_greedy else (sampling.temperature, sampling.top_k, sampling.top_p)
 
 
 def _check_controller(settings: ControllerSettings, costs: StepCosts | None, drafter: Drafter) -> TreeShape:
