@@ -22,7 +22,7 @@ from frspec.models.quant import quantize_linear
 
 
 def median_ms(fn, repeats: int) -> float:
-    return W.median_s(fn, repeats) * 1e3  # the timer fp32_is_faster uses
+    return W.median_s(fn, repeats) * 1e3  # the timer fp32_is_faster uses (models/kernel_timing.py)
 
 
 def widened(on: bool) -> None:

@@ -43,15 +43,17 @@ from frspec.errors import FrspecError
 from frspec.io import atomic_path
 from frspec.models.loading import max_positions_of
 from frspec.models.quant import QuantizedLinear
+from frspec.models.one_row_linear import on_this_machine as one_row_native
 from frspec.models.wide_linear import wide_rows as wide_linear_rows
 from frspec.vocab.ranked_vocab import RankedVocab
 from frspec.paths import cache_dir
 
 log = logging.getLogger(__name__)  # the `frspec` command prints its records on stderr (cli.py)
 
-CACHE_VERSION = 5  # 2: per-context target and draft costs; the drafter head's weight format in the key; 3: a draft
+CACHE_VERSION = 6  # 2: per-context target and draft costs; the drafter head's weight format in the key; 3: a draft
 # model's forward over CATCH_UP_ROWS rows; 4: wide half-precision calls through fp32 (models/wide_linear.py);
-# 5: a draft model's forward over PREFILL_ROWS rows
+# 5: a draft model's forward over PREFILL_ROWS rows; 6: one-row half-precision calls on the faster kernel
+# (models/one_row_linear.py)
 # A draft model is also timed over this many rows at once: what it pays to catch up after plain steps or to prefill
 # a prompt (StepCosts.catch_up_s), which the controller weighs before drafting (decode/controller.py).
 CATCH_UP_ROWS = 64
@@ -98,7 +100,7 @@ def weight_format(module: torch.nn.Module) -> str:
 
 def model_identity(model: torch.nn.Module) -> str | None:
     """A model's name or path with what changes its speed (class, dtype, size, weight format, from how many rows
-    its calls go through fp32); None for a model without a name or path."""
+    its calls go through fp32, whether its one-row calls run without oneDNN); None for a model without a name or path."""
     config = getattr(model, "config", None)
     name = getattr(config, "_name_or_path", None) or getattr(config, "name_or_path", None)
     if not name:
@@ -106,8 +108,9 @@ def model_identity(model: torch.nn.Module) -> str | None:
     param = next(model.parameters())
     count = sum(p.numel() for p in model.parameters())
     wide = wide_linear_rows(param.dtype, param.device)
+    one_row = one_row_native(param.dtype, param.device)
     return (f"{name}|{type(model).__name__}|{param.dtype}|{count}|{weight_format(model)}"
-            + (f"|fp32 from {wide} rows" if wide else ""))
+            + (f"|fp32 from {wide} rows" if wide else "") + ("|one row native" if one_row else ""))
 
 
 def drafter_identity(drafter: Drafter) -> str | None:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from frspec.models import one_row_linear
 from frspec.models.dtypes import HALF_DTYPES
+from frspec.models.kernel_timing import median_s
 
 # Rows from which a call goes through fp32 where that is faster (`fp32_is_faster`): where the two cost lines cross
 # on the AVX2 EPYC (scripts/wide_linear_rows.py, docs/quantization.md). An 8960x1536 bf16 weight costs 20.8 / 41.2
@@ -48,18 +49,6 @@ def fp32_is_faster(dtype: torch.dtype) -> bool:
     return wide < 0.8 * half  # a clear gain only: near a tie the half kernel stays
 
 
-def median_s(fn, repeats: int = 3) -> float:
-    """Median seconds of `repeats` calls of `fn` after one warm-up call, under inference mode."""
-    with torch.inference_mode():
-        fn()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
-
-
 def wide_rows(dtype: torch.dtype, device: torch.device) -> int | None:
     """From how many rows a call in `dtype` on `device` goes through fp32 here; None where it never does."""
     return WIDE_ROWS if dtype in HALF_DTYPES and device.type == "cpu" and fp32_is_faster(dtype) else None
@@ -74,15 +63,19 @@ def is_wide(x: torch.Tensor) -> bool:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, through fp32 for a wide half-precision call on a machine where that is faster (`is_wide`)."""
+    """F.linear, through fp32 for a wide half-precision call on a machine where that is faster (`is_wide`), and a
+    one-row call on PyTorch's own kernel where oneDNN's is the slower (models/one_row_linear.py)."""
     if is_wide(x):
         y = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
         return y.to(x.dtype)
+    if one_row_linear.applies(x):
+        return one_row_linear.linear(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
 class WideLinear(nn.Linear):
-    """An nn.Linear whose wide calls go through `linear`; the same parameters, the same narrow calls."""
+    """An nn.Linear whose calls go through `linear` (wide ones through fp32, one-row ones on the faster kernel); the
+    same parameters."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias)
