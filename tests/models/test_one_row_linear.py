@@ -75,3 +75,40 @@ def test_the_measurement_answers_once_per_dtype(monkeypatch):
         assert O.native_is_faster.cache_info().hits >= 1
     finally:
         O.native_is_faster.cache_clear()
+
+
+def test_a_drafters_head_runs_on_the_kernel_its_one_row_input_is_faster_on(native):
+    """`kernel_for` covers calls that do not go through `linear` (a drafter's LM head over its vocabulary's rows):
+    oneDNN off inside it for one row, untouched for several, and back on after it even when the call fails."""
+    native(True)
+    x, _, _ = _inputs(1)
+    with O.kernel_for(x):
+        assert not torch.backends.mkldnn.enabled
+    assert torch.backends.mkldnn.enabled
+    with O.kernel_for(_inputs(2)[0]):
+        assert torch.backends.mkldnn.enabled
+    with pytest.raises(ValueError):
+        with O.kernel_for(x):
+            raise ValueError("a failing head")
+    assert torch.backends.mkldnn.enabled
+    native(False)
+    with O.kernel_for(x):
+        assert torch.backends.mkldnn.enabled
+
+
+def test_a_draft_models_one_row_head_call_runs_without_onednn(native, monkeypatch):
+    from frspec.decode.draft_model import DraftModelDrafter
+    from tests.decode.spec_tiny import tiny_lm
+
+    native(True)
+    drafter = DraftModelDrafter(tiny_lm("qwen2", 128, hidden=32, seed=0, dtype=torch.bfloat16))
+    seen, real = [], drafter.vocab.logits
+
+    def recorded(hidden, *args):
+        seen.append(torch.backends.mkldnn.enabled)
+        return real(hidden, *args)
+
+    monkeypatch.setattr(drafter.vocab, "logits", recorded)
+    drafter._logits(torch.randn(1, 1, 32).to(torch.bfloat16))
+    drafter._logits(torch.randn(1, 3, 32).to(torch.bfloat16))
+    assert seen == [False, True] and torch.backends.mkldnn.enabled

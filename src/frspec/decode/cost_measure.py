@@ -41,9 +41,9 @@ from frspec.decode.step_costs import StepCosts, draft_forward_widths, measure_ro
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
 from frspec.io import atomic_path
+from frspec.models import one_row_linear
 from frspec.models.loading import max_positions_of
 from frspec.models.quant import QuantizedLinear
-from frspec.models.one_row_linear import on_this_machine as one_row_native
 from frspec.models.wide_linear import wide_rows as wide_linear_rows
 from frspec.vocab.ranked_vocab import RankedVocab
 from frspec.paths import cache_dir
@@ -108,7 +108,7 @@ def model_identity(model: torch.nn.Module) -> str | None:
     param = next(model.parameters())
     count = sum(p.numel() for p in model.parameters())
     wide = wide_linear_rows(param.dtype, param.device)
-    one_row = one_row_native(param.dtype, param.device)
+    one_row = one_row_linear.on_this_machine(param.dtype, param.device)
     return (f"{name}|{type(model).__name__}|{param.dtype}|{count}|{weight_format(model)}"
             + (f"|fp32 from {wide} rows" if wide else "") + ("|one row native" if one_row else ""))
 
@@ -297,7 +297,8 @@ def head_costs(vocab, k: int, widths: Sequence[int], like: torch.Tensor, repeats
         times = []
         for i in range(warmup + repeats):
             start = time.perf_counter()
-            logits = vocab.logits(hidden, k) if ranked else vocab.logits(hidden)
+            with one_row_linear.kernel_for(hidden):  # as the drafters call their heads
+                logits = vocab.logits(hidden, k) if ranked else vocab.logits(hidden)
             picked = logits.argmax(-1) if n == 1 else torch.topk(logits.float(), min(3, k), dim=-1).indices
             vocab.to_target(picked).tolist()  # the drafter reads its choices back: that syncs a GPU too
             if i >= warmup:

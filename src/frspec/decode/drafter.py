@@ -19,6 +19,7 @@ from frspec.decode.timing import now
 from frspec.decode.token_tree import TokenTree
 from frspec.decode.tree_growth import KeepDrafting
 from frspec.decode.tree_shape import TreeShape
+from frspec.models import one_row_linear
 from frspec.vocab.tokenizer_identity import tokenizer_identity
 from frspec.vocab.draft_vocab import DraftVocab
 from frspec.vocab.token_map import TokenMap
@@ -113,7 +114,8 @@ class Drafter:
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The draft LM head over this drafter's vocabulary, timed as LM-head time."""
         start = now(self.device)
-        logits = self.vocab.logits(hidden)
+        with one_row_linear.kernel_for(hidden):
+            logits = self.vocab.logits(hidden)
         self.lm_head_time_s += now(self.device) - start
         return logits
 

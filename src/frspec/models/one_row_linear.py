@@ -6,7 +6,8 @@ the same for 1 to 8 rows: right for verifying k + 1 rows, but for one row PyTorc
 off) streams the weight up to 2.7x faster. Measured on the 2-core AVX-512 EPYC (docs/benchmarks.md, "One-row calls"): an
 8960x1536 bf16 weight 0.64 ms against 1.10 ms, the 151936x1536 LM head 10.9 against 29.3 ms; from two rows on oneDNN
 is the faster (0.81 against 1.22 ms). The 1.5B target's one-row forward went from 199 to 121 ms; its 2-row forward
-stays 178-181 ms. So a one-row call runs with oneDNN switched off for that call alone.
+stays 178-181 ms. So a one-row call runs with oneDNN switched off for that call alone: the models' linear layers
+through `linear` (models/wide_linear.py), a drafter's LM head over its vocabulary's rows inside `kernel_for`.
 
 Whether this machine gains is measured once per process and dtype (`native_is_faster`), never assumed from the CPU's
 name: where oneDNN does not take bf16 (the AVX2 EPYC) both are the same kernel and nothing changes.
@@ -17,8 +18,10 @@ identity tests hold as before.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from typing import Iterator
 
 import torch
 from torch.nn import functional as F
@@ -60,6 +63,22 @@ def applies(x: torch.Tensor) -> bool:
     if x.dim() == 0 or x.shape[-1] == 0 or x.numel() != x.shape[-1]:
         return False
     return on_this_machine(x.dtype, x.device)
+
+
+@contextlib.contextmanager
+def kernel_for(x: torch.Tensor) -> Iterator[None]:
+    """Within it, linear calls run on the kernel `x`'s rows are the faster on: oneDNN off where `applies(x)` (and
+    back on after it, whatever happens), as it was otherwise. For calls that do not go through `linear`: a
+    drafter's LM head over its vocabulary's rows (vocab/, below the models' layer)."""
+    if not applies(x):
+        yield
+        return
+    previous = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = previous
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
