@@ -100,7 +100,8 @@ def weight_format(module: torch.nn.Module) -> str:
 
 def model_identity(model: torch.nn.Module) -> str | None:
     """A model's name or path with what changes its speed (class, dtype, size, weight format, from how many rows
-    its calls go through fp32, whether its one-row calls run without oneDNN); None for a model without a name or path."""
+    its calls go through fp32, whether its one-row calls run without oneDNN); None for a model without a name or
+    path."""
     config = getattr(model, "config", None)
     name = getattr(config, "_name_or_path", None) or getattr(config, "name_or_path", None)
     if not name:
