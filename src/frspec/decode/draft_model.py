@@ -15,7 +15,6 @@ from frspec.decode.token_tree import TokenTree, check_tree_support, expansion_in
 from frspec.decode.tree_growth import KeepDrafting, add_children, grow_tree, pick_probability
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
-from frspec.models import one_row_linear
 from frspec.models.loading import check_context_length, vocab_size_of
 from frspec.models.quant import parse_quant, quantize_linear
 from frspec.vocab.context_vocab import build_draft_vocab
@@ -168,10 +167,6 @@ class DraftModelDrafter(Drafter):
     def _capped(self, logits: torch.Tensor) -> torch.Tensor:
         return logits if self.softcap is None else torch.tanh(logits / self.softcap) * self.softcap
 
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The draft LM head over this drafter's vocabulary (soft-capped like the model's own), timed."""
-        start = now(self.device)
-        with one_row_linear.kernel_for(hidden):
-            logits = self._capped(self.vocab.logits(hidden))
-        self.lm_head_time_s += now(self.device) - start
-        return logits
+    def _head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The draft LM head over this drafter's vocabulary, soft-capped like the model's own."""
+        return self._capped(self.vocab.logits(hidden))

@@ -24,7 +24,6 @@ from frspec.decode.timing import now
 from frspec.decode.token_tree import TokenTree, expansion_inputs
 from frspec.decode.tree_growth import KeepDrafting, grow_tree
 from frspec.decode.tree_shape import TreeShape
-from frspec.models import one_row_linear
 from frspec.models.attention import check_arbitrary_masks
 from frspec.models.eagle import EagleHead
 from frspec.vocab.token_map import TokenMap
@@ -144,11 +143,6 @@ class EagleDrafter(Drafter):
         # The head's cache never holds more than the committed pairs (it trails the target by one token).
         truncate_cache(self.cache, max(length - 1, 0))
 
-    def _logits(self, features: torch.Tensor) -> torch.Tensor:
+    def _head_logits(self, features: torch.Tensor) -> torch.Tensor:
         """Draft logits over this drafter's vocabulary for head features (EAGLE-3's final norm included)."""
-        start = now(self.device)
-        hidden = self.head.lm_head_input(features)
-        with one_row_linear.kernel_for(hidden):
-            logits = self.vocab.logits(hidden)
-        self.lm_head_time_s += now(self.device) - start
-        return logits
+        return self.vocab.logits(self.head.lm_head_input(features))

@@ -36,8 +36,8 @@ ENV = "FRSPEC_ONE_ROW_NATIVE"
 @functools.cache
 def native_is_faster(dtype: torch.dtype) -> bool:
     """Whether a one-row CPU linear in `dtype` runs faster with oneDNN off on this machine (one measurement per
-    process: a 8192x2048 weight, larger than the caches as a model's are, the two kernels alternated over 9 rounds
-    after a warm-up of each, the medians compared; about 0.15 s)."""
+    process: an 8192x2048 weight, larger than the caches as a model's are; nine rounds, each a warm-up and a timed
+    call of the one kernel, then of the other; the medians compared; about 0.15 s)."""
     override = os.environ.get(ENV, "").strip()
     if override in ("0", "1"):
         return override == "1"
