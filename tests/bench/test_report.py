@@ -116,6 +116,7 @@ def test_table_formatting(capsys):
     assert format_value("speedup_vs_vanilla", 1.234) == "1.23x"
     assert format_value("lm_head_share", 0.256) == "25.6%"
     assert format_value("forward_ratio", None) == "-"
+    assert format_value("drafter_prefills", {"whole": 3, "window": 2, "none": 0}) == "whole:3 window:2"
     assert format_value("decode_tokens_per_s", 123.456) == "123.5"
     md = markdown_table(_payload()["rows"])
     assert md.count("\n") == 1 + 6 and (

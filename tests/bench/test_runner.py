@@ -290,6 +290,9 @@ def test_auto_rows_share_one_ranked_head_with_the_static_rows_and_stay_lossless(
     assert row["auto_vs_best_static_end_to_end"] == pytest.approx(
         row["end_to_end_tokens_per_s"] / best["end_to_end_tokens_per_s"])
     assert all(r["auto_vs_best_static_end_to_end"] is None for r in rows.values() if not r["auto"])
+    # What each auto request's drafter prefill read (whole prompt, a window, none), counted per request.
+    assert sum(row["drafter_prefills"].values()) == row["prompts"]
+    assert all(r["drafter_prefills"] is None for r in rows.values() if not r["auto"])
     # The static rows drafted at their own size even though the auto row changed it in between.
     assert rows["fr-spec k=2 map=16"]["acceptance_length"] <= rows["draft k=2"]["acceptance_length"]
 

@@ -316,28 +316,40 @@ def test_a_plain_step_puts_the_drafter_one_token_behind_and_a_draft_catches_it_u
 
 
 def test_a_request_drafts_only_where_the_saving_expected_before_its_first_step_wins_back_the_drafters_prefill():
-    from frspec.decode.controller import prefill_pays, speculation_can_pay
+    from frspec.decode.controller import drafter_prefill_tokens, speculation_can_pay
 
     settings = ControllerSettings(sizes=SIZES)
+
+    def prefill_tokens(step_costs, prompt_tokens, max_new_tokens, windows=(), request_settings=settings):
+        return drafter_prefill_tokens(new_request(request_settings), step_costs, prompt_tokens, max_new_tokens,
+                                      windows)
+
     # Two target rows cost 1.4x one, seven 3.4x: at perfect acceptance drafting saves 0.137 s a token (a chain of
     # 6), at the prior's acceptance 0.044 s (a chain of 1). The drafter's prefill over a prompt costs its one-row
     # forward scaled by the target's curve over that many rows: 0.81 s over 100 tokens, 4.81 s over 600.
     mid = costs(lambda n: 0.3 + 0.12 * (n - 1))
     assert speculation_can_pay(settings, mid)
-    assert prefill_pays(new_request(settings), mid, prompt_tokens=100, max_new_tokens=64)  # 2.8 s saved > 0.81 s
+    assert prefill_tokens(mid, 100, 64) == 100  # 2.8 s saved > 0.81 s: the whole prompt
     # 4.81 s: more than the 2.8 s expected over 64 tokens, less than the 8.8 s a perfect drafter would save. The
     # estimate decides (a prefill, once paid, is sunk).
-    assert not prefill_pays(new_request(settings), mid, prompt_tokens=600, max_new_tokens=64)
-    assert prefill_pays(new_request(settings), mid, prompt_tokens=600, max_new_tokens=256)  # 11.3 s saved
-    assert not prefill_pays(new_request(settings), mid, prompt_tokens=100, max_new_tokens=1)  # nothing to draft for
+    assert prefill_tokens(mid, 600, 64) == 0
+    assert prefill_tokens(mid, 600, 256) == 600  # 11.3 s saved
+    assert prefill_tokens(mid, 100, 1) == 0  # nothing to draft for
+    # A drafter that can read a window of the prompt: the longest window won back, 256 tokens (2.06 s < 2.8 s;
+    # 512 would cost 4.1 s). Windows as long as the prompt or longer are no windows; none won back: plain.
+    assert prefill_tokens(mid, 600, 64, windows=(2048, 1024, 512, 256)) == 256
+    assert prefill_tokens(mid, 600, 256, windows=(512, 256)) == 600  # the whole prompt where it pays
+    assert prefill_tokens(mid, 100, 64, windows=(256,)) == 100
+    assert prefill_tokens(mid, 600, 16, windows=(512, 256)) == 0  # 0.7 s saved: not even 256 tokens' 2.06 s
     # Where drafting only pays at acceptances far above the prior's, no request prefills the drafter.
     thin = costs(lambda n: 0.3 * n - 0.05 * (n - 1))
     assert speculation_can_pay(settings, thin)
-    assert not prefill_pays(new_request(settings), thin, prompt_tokens=36, max_new_tokens=64)
+    assert prefill_tokens(thin, 36, 64) == 0
+    assert prefill_tokens(thin, 600, 64, windows=(256,)) == 0
     # Where extra rows are nearly free, a long prompt's drafter prefill is won back within a short request.
-    assert prefill_pays(new_request(settings), FLAT, prompt_tokens=2000, max_new_tokens=64)
-    # An explicit length cannot decode plainly: it drafts whatever the costs.
-    assert prefill_pays(new_request(ControllerSettings(sizes=SIZES, depths=(3,))), LINEAR, 2000, 64)
+    assert prefill_tokens(FLAT, 2000, 64, windows=(1024, 512)) == 2000
+    # An explicit length cannot decode plainly: it drafts whatever the costs, over the whole prompt.
+    assert prefill_tokens(LINEAR, 2000, 64, (256,), ControllerSettings(sizes=SIZES, depths=(3,))) == 2000
 
 
 def test_the_prompts_tokens_are_evidence_of_coverage_before_the_first_step():

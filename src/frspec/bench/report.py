@@ -41,12 +41,13 @@ COLUMNS = [
     ("auto_vs_best_static_end_to_end", "Auto vs Best Static (end to end)"),
     ("chosen_map_sizes", "Auto: Steps per Map Size"),
     ("chosen_depth_histogram", "Auto: Steps per Draft Length 0/1/.."),
+    ("drafter_prefills", "Auto: Drafter Prefills"),
 ]
 
 LEFT_ALIGNED = ("label", "tree")  # words; numbers align right
 # Shown only when some row has a value.
 OPTIONAL = ("speedup_vs_llamacpp", "auto_vs_best_static", "auto_vs_best_static_end_to_end", "chosen_map_sizes",
-            "chosen_depth_histogram")
+            "chosen_depth_histogram", "drafter_prefills")
 
 PLOTS = [
     ("decode_tokens_per_s", "Decoding throughput (tokens/s)", "throughput_vs_map_size.png"),
@@ -118,6 +119,8 @@ def format_value(key: str, value: Any) -> str:
         return " ".join(f"{k}:{n}" for k, n in value.items()) or "-"
     if key == "chosen_depth_histogram":
         return "/".join(str(n) for n in value)
+    if key == "drafter_prefills":
+        return " ".join(f"{k}:{n}" for k, n in value.items() if n) or "-"
     if key in ("speedup_vs_vanilla", "speedup_vs_drafter", "speedup_vs_static_map", "speedup_vs_llamacpp",
                "auto_vs_best_static", "auto_vs_best_static_end_to_end", "full_row_vs_compact"):
         return f"{value:.2f}x"
@@ -279,9 +282,9 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
                   "acceptance per row, what the auto rows chose there, and their ratio to the best row for that "
                   "dataset alone (picked in hindsight), in decode tokens/s and end to end.", "",
                   "| Target | Dataset | Method | Prompts | Tokens/s | End-to-End Tokens/s | Acceptance "
-                  "| Auto: Steps per Map Size | Auto: Steps per Length 0/1/.. | Auto vs Best Static (best) "
-                  "| Auto vs Best Static, End to End (best) |",
-                  "|:---|:---|:---|---:|---:|---:|---:|:---|:---|:---|:---|"]
+                  "| Auto: Steps per Map Size | Auto: Steps per Length 0/1/.. | Auto: Drafter Prefills "
+                  "| Auto vs Best Static (best) | Auto vs Best Static, End to End (best) |",
+                  "|:---|:---|:---|---:|---:|---:|---:|:---|:---|:---|:---|:---|"]
         for r in by_dataset:
             ratios = [f"{r[key]:.2f}x ({r[best]})" if r.get(key) is not None else "-"
                       for key, best in (("auto_vs_best_static", "best_static"),
@@ -292,7 +295,8 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
                 f"{format_value('end_to_end_tokens_per_s', r.get('end_to_end_tokens_per_s'))} | "
                 f"{format_value('acceptance_length', r['acceptance_length'])} | "
                 f"{format_value('chosen_map_sizes', r['chosen_map_sizes'])} | "
-                f"{format_value('chosen_depth_histogram', r['chosen_depth_histogram'])} | {' | '.join(ratios)} |")
+                f"{format_value('chosen_depth_histogram', r['chosen_depth_histogram'])} | "
+                f"{format_value('drafter_prefills', r.get('drafter_prefills'))} | {' | '.join(ratios)} |")
         lines.append("")
     divergences = payload.get("divergences") or []
     if divergences:

@@ -32,6 +32,16 @@ def _aggregate(generations: list[Generation]) -> GenerationStats:
     return GenerationStats.aggregate(g.stats for g in generations)
 
 
+def drafter_prefills(generations: list[Generation]) -> dict[str, int]:
+    """An auto row's requests by what its drafter's prefill read: the whole prompt, a window of it (a long prompt's
+    start and end, decode/draft_model.py), or nothing (the request decoded plainly: controller.drafter_prefill_tokens)."""
+    counts = {"whole": 0, "window": 0, "none": 0}
+    for g in generations:
+        read = g.stats.draft_prompt_tokens
+        counts["none" if read == 0 else "whole" if read >= g.stats.prompt_tokens else "window"] += 1
+    return counts
+
+
 def _median_prompt_speedup(result: BenchResult, method: Method, baseline: Method) -> float | None:
     """Median over prompts of (method decoding throughput / baseline decoding throughput) on that same prompt."""
     base = {g.prompt_id: g.stats.decode_tokens_per_s for g in result.generations_of(baseline)}
@@ -136,6 +146,7 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
                 "chosen_depth_histogram": list(agg.chosen_depth_histogram) if m.auto else None,
                 "chosen_map_sizes": ({str(k): n for k, n in sorted(agg.chosen_map_sizes.items())}
                                      if m.auto else None),
+                "drafter_prefills": drafter_prefills(gens) if m.auto else None,
             }
         )
     vanilla = Method(VANILLA)
@@ -204,6 +215,7 @@ def per_dataset(result: BenchResult, dataset_of: dict[str, str]) -> list[dict[st
                 "chosen_map_sizes": ({str(k): n for k, n in sorted(agg.chosen_map_sizes.items())}
                                      if m.auto else None),
                 "chosen_depth_histogram": list(agg.chosen_depth_histogram) if m.auto else None,
+                "drafter_prefills": drafter_prefills(gens) if m.auto else None,
                 **auto_vs_best_static(result.methods, m, throughput, end_to_end),
             })
     return out

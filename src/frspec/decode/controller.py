@@ -53,8 +53,10 @@ catch-up costs as much as the plain steps saved. Every drafting option's time in
 (`StepCosts.catch_up_s`), so a probe is taken only where even perfect acceptance would win the catch-up back, and
 exploration stops sooner the further behind the drafter is. For the same reason a request drafts at all only if
 what drafting is expected to save over its tokens, at its estimates before the first step, wins back the drafter's
-prefill over the prompt (`prefill_pays`): once paid, that prefill is sunk, so it is weighed at the estimate, not at
-the upper bound exploration uses.
+prefill over the prompt (`drafter_prefill_tokens`): once paid, that prefill is sunk, so it is weighed at the
+estimate, not at the upper bound exploration uses. Where the whole prompt's prefill would not be won back, a draft
+model may read only a window of it (its start and its last tokens, decode/draft_model.py): a cheaper prefill for a
+drafter that sees less, taken where drafting wins that back.
 
 The machine's costs are a table measured once (decode/step_costs.py); the engine rescales it from its own timed
 forwards between requests (decode/cost_calibration.py). A row count timed fewer than
@@ -405,17 +407,24 @@ def speculation_can_pay(settings: ControllerSettings, costs: StepCosts,
     return False
 
 
-def prefill_pays(state: ControllerState, costs: StepCosts, prompt_tokens: int, max_new_tokens: int) -> bool:
-    """Whether a request should prefill the drafter at all: the seconds the best draft is expected to save over its
-    `max_new_tokens` (a token's expected time, plain against the best draft, at this fresh `state`'s estimates:
-    the acceptance prior, the corpus's coverage and the prompt's evidence, averaged over the request's contexts)
-    must exceed the drafter's prefill over the prompt. Not at acceptance's upper bound, as exploration is: a
-    wrong exploratory draft costs one step, a wrong prefill is sunk. (Measured on the AVX512 EPYC with the int4
-    pair, 64 tokens after a 1,005-token code prompt: drafting could save 4.3 s at best and 2.3 s at the prior, the
-    drafter's prefill was estimated at 4.4 s and took 5.7 s, and the request, which prefilled on the bound, ran
-    0.86x vanilla end to end; German and Spanish prompts of ~620 tokens, 0.89-0.90x.)"""
+def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_tokens: int, max_new_tokens: int,
+                           windows: Sequence[int] = ()) -> int:
+    """How many of the prompt's tokens the drafter's prefill reads: the whole prompt where drafting wins that prefill
+    back, else the longest of `windows` (windows a drafter can read, shorter than the prompt: DraftModelDrafter's
+    `prefill`) that is won back, else 0: the request decodes plainly and the drafter never runs.
+
+    Won back: the seconds the best draft is expected to save over its `max_new_tokens` (a token's expected time,
+    plain against the best draft, at this fresh `state`'s estimates: the acceptance prior, the corpus's coverage and
+    the prompt's evidence, averaged over the request's contexts) exceed the drafter's prefill over those tokens.
+    Not at acceptance's upper bound, as exploration is: a wrong exploratory draft costs one step, a wrong prefill is
+    sunk. (Measured on the AVX512 EPYC with the int4 pair, 64 tokens after a 1,005-token code prompt: drafting could
+    save 4.3 s at best and 2.3 s at the prior, the drafter's prefill was estimated at 4.4 s and took 5.7 s, and the
+    request, which prefilled on the bound, ran 0.86x vanilla end to end; German and Spanish prompts of ~620 tokens,
+    0.89-0.90x.) A window is weighed at the same saving, drafted at the target's context: a drafter that read less
+    of the prompt may be accepted less often, which the request's own observations then tell the controller, and
+    its shorter cache makes its forwards a little cheaper than that."""
     if 0 not in state.settings.depths:
-        return True  # plain decoding is not an option here (an explicit length or tree): draft anyway
+        return prompt_tokens  # plain decoding is not an option here (an explicit length or tree): draft anyway
     contexts = request_contexts(costs, prompt_tokens, max_new_tokens)  # flat costs: every context reads the same
     saved = 0.0
     for context in contexts:
@@ -423,12 +432,13 @@ def prefill_pays(state: ControllerState, costs: StepCosts, prompt_tokens: int, m
         plain = options[(0, state.settings.sizes[-1])]
         drafting = [rate for (depth, _), rate in options.items() if depth]
         if not drafting:  # no draft length allowed, or a budget of one token: nothing to draft for
-            return False
+            return 0
         best = max(drafting)
         saved += max(1.0 / plain - 1.0 / best, 0.0) / len(contexts)
-    first = contexts[0]
-    prefill = costs.draft_base(1, first) + costs.catch_up_s(prompt_tokens, first)
-    return saved * max_new_tokens > prefill
+    for tokens in [prompt_tokens, *sorted((w for w in windows if w < prompt_tokens), reverse=True)]:
+        if saved * max_new_tokens > costs.draft_base(1, tokens) + costs.catch_up_s(tokens, tokens):
+            return tokens
+    return 0
 
 
 def request_contexts(costs: StepCosts, prompt_tokens: int, max_new_tokens: int) -> list[int]:

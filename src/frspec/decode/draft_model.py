@@ -1,4 +1,12 @@
-"""DraftModelDrafter: an independent small causal LM drafting chains (token by token) or trees (with tree masks)."""
+"""DraftModelDrafter: an independent small causal LM drafting chains (token by token) or trees (with tree masks).
+
+Its prefill is the drafter's own cost of a request before it drafts anything: a forward over the whole prompt, paid
+again for every request. Given a window, it reads only the prompt's first PROMPT_SINK tokens (the chat template's
+opening and the system prompt, where attention's sink is) and its last ones, at consecutive positions, as if the
+prompt had been that short: a proposal from less context may be accepted less often, never wrongly, since the target
+verifies every proposal against its own full context. The controller picks the window a request's tokens can win
+back (decode/controller.py, `drafter_prefill_tokens`).
+"""
 
 from __future__ import annotations
 
@@ -19,6 +27,12 @@ from frspec.models.loading import check_context_length, vocab_size_of
 from frspec.models.quant import parse_quant, quantize_linear
 from frspec.vocab.context_vocab import build_draft_vocab
 from frspec.vocab.token_map import TokenMap
+
+
+# Prompt tokens a windowed prefill always keeps from the start (`DraftModelDrafter.prefill`), and the windows the
+# controller may choose among: a long prompt's last tokens, and powers of two that halve the prefill's cost.
+PROMPT_SINK = 32
+PROMPT_WINDOWS = (2048, 1024, 512, 256)
 
 
 def _check_plain_logits(model: torch.nn.Module) -> None:
@@ -47,6 +61,7 @@ class DraftModelDrafter(Drafter):
     """
 
     kind = "draft"
+    prompt_windows = PROMPT_WINDOWS
 
     def __init__(self, model: torch.nn.Module, token_map: TokenMap | None = None, context_rows: int = 0,
                  context_budget: str = "fixed", ranked: bool = False, head_quant: str | None = None):
@@ -80,6 +95,7 @@ class DraftModelDrafter(Drafter):
         if parse_quant(head_quant) is not None:
             self.vocab.quantize_head(lambda linear: quantize_linear(linear, head_quant))
         self.cache = new_cache(model)
+        self.skipped = 0  # prompt tokens this request's prefill left out of the cache (`prefill`'s window)
 
     @property
     def weights(self) -> torch.nn.Module:
@@ -95,9 +111,19 @@ class DraftModelDrafter(Drafter):
     def reset(self) -> None:
         super().reset()
         self.cache = new_cache(self.model)
+        self.skipped = 0
 
-    def prefill(self, context: torch.Tensor) -> None:
+    def prefill(self, context: torch.Tensor, window: int | None = None) -> None:
+        """With `window`, a prompt longer than it is read as its first PROMPT_SINK tokens and its last `window -
+        PROMPT_SINK` (module docstring); the tokens between are left out of this request's drafter cache, which
+        then holds `skipped` fewer tokens than the context (what `propose` and `rollback` count with)."""
         self._begin_request(context)
+        length = context.shape[1]
+        if window is not None and length > window:
+            if window <= PROMPT_SINK:
+                raise FrspecError(f"a drafter prompt window must exceed its {PROMPT_SINK} sink tokens, not {window}")
+            self.skipped = length - window
+            context = torch.cat([context[:, :PROMPT_SINK], context[:, PROMPT_SINK + self.skipped :]], dim=1)
         self.base(input_ids=context.to(self.device), cache=self.cache, use_cache=True)
         enable_rollback(self.cache)
 
@@ -106,7 +132,7 @@ class DraftModelDrafter(Drafter):
         keep_drafting: KeepDrafting | None = None,
     ) -> TokenTree:
         start = now(self.device)
-        inputs = context[:, cache_length(self.cache) :].to(self.device)
+        inputs = context[:, cache_length(self.cache) + self.skipped :].to(self.device)
         if inputs.shape[1] == 0:
             raise ValueError("propose() needs at least one token the drafter has not processed")
         self._add_request_tokens(inputs)  # the tokens accepted since the last proposal, and the root
@@ -114,7 +140,7 @@ class DraftModelDrafter(Drafter):
         if shape.kind == "chain":
             tree = self._chain(root, inputs, shape.depth, sampling, generator, keep_drafting)
         else:
-            tree = self._tree(root, inputs, context.shape[1], shape, sampling, generator)
+            tree = self._tree(root, inputs, context.shape[1] - self.skipped, shape, sampling, generator)
         self.time_s += now(self.device) - start
         return tree
 
@@ -138,7 +164,8 @@ class DraftModelDrafter(Drafter):
         return tree
 
     def _tree(self, root: int, inputs, n: int, shape: TreeShape, sampling, generator) -> TokenTree:
-        """Draft a branching tree: each level of new nodes in one forward under a tree mask."""
+        """Draft a branching tree: each level of new nodes in one forward under a tree mask (`n`: the entries the
+        cache holds once it has caught up to the root)."""
         # Catch up to the root (the pending token); the tree's nodes then follow in the cache.
         root_hidden = self.base(input_ids=inputs, cache=self.cache, use_cache=True).last_hidden_state[0, -1:]
         self.steps += 1
@@ -162,7 +189,7 @@ class DraftModelDrafter(Drafter):
         return tree
 
     def rollback(self, length: int) -> None:
-        truncate_cache(self.cache, length)
+        truncate_cache(self.cache, length - self.skipped)
 
     def _capped(self, logits: torch.Tensor) -> torch.Tensor:
         return logits if self.softcap is None else torch.tanh(logits / self.softcap) * self.softcap

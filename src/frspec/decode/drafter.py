@@ -39,6 +39,9 @@ class Drafter:
     # then asks the target for them in every forward and hands them over through `observe_target`.
     target_hidden_layers: list[int] | None = None
     device: torch.device  # where proposals are computed; must be the target's device
+    # Windows of a long prompt `prefill` can read instead of all of it, longest first (a draft model's own cache:
+    # draft_model.py); none for drafters that read the target's states at every position (EAGLE, MTP).
+    prompt_windows: tuple[int, ...] = ()
 
     def __init__(self) -> None:
         self.time_s = 0.0
@@ -79,8 +82,9 @@ class Drafter:
         self.lm_head_time_s = 0.0
         self.steps = 0
 
-    def prefill(self, context: torch.Tensor) -> None:
-        """Process the prompt [1, L] before the first proposal (timed by the engine as prefill, not drafting)."""
+    def prefill(self, context: torch.Tensor, window: int | None = None) -> None:
+        """Process the prompt [1, L] before the first proposal (timed by the engine as prefill, not drafting); with
+        `window` (one of `prompt_windows`), only that many of its tokens."""
         raise NotImplementedError
 
     def propose(

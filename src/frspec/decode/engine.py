@@ -15,7 +15,7 @@ import torch
 from frspec.decode.acceptance import chain_acceptance
 from frspec.decode.controller import (
     PROMPT_WINDOW, ConfidenceBins, ControllerSettings, ControllerState, Plan, carried_confidence, chain_rule, choose,
-    new_request, observe, observe_prompt, prefill_pays, speculation_can_pay, step_shape, target_rows,
+    drafter_prefill_tokens, new_request, observe, observe_prompt, speculation_can_pay, step_shape, target_rows,
 )
 from frspec.decode.cost_calibration import StepTimings, save_timings
 from frspec.decode.drafter import Drafter
@@ -138,7 +138,7 @@ class SpeculativeGenerator:
             self.costs = self.timings.costs()
         # The machine's costs rule out every draft at every context (a target whose forward over n rows costs n
         # one-row forwards): requests then decode plainly from the start, without prefilling or feeding the drafter
-        # at all. A request whose drafter prefill drafting would not win back does the same (`_plain_request`).
+        # at all. A request whose drafter prefill drafting would not win back does the same (`_drafter_prompt`).
         self.plain_only = controller is not None and not speculation_can_pay(controller, self.costs)
         # The controller's confidence bins per sampling setting (greedy, or temperature/top-k/top-p: they change
         # what a drafted token's probability is), carried from request to request (controller.carried_confidence).
@@ -216,11 +216,12 @@ class SpeculativeGenerator:
         paused = 0.0  # time the consumer of a stream spends between pieces is not generation time
         start = now(self.device)
         control = self._new_control(request.sampling, request.prompt_ids)
-        plain = self._plain_request(control, len(request.prompt_ids), request.max_new_tokens)
+        drafter_prompt = self._drafter_prompt(control, len(request.prompt_ids), request.max_new_tokens)
+        plain = drafter_prompt == 0
         timed = StepTimings(self.measured_costs) if self.timings is not None else None  # this request's, for the costs
         if request.max_new_tokens > 0:
             state = self._start(request.prompt_ids, request.max_new_tokens, request.sampling)
-            new, step = [self._prefill(state, stats, plain=plain)], None
+            new, step = [self._prefill(state, stats, drafter_prompt)], None
             while True:
                 kept = len(new)
                 eos_at = next((j for j, token in enumerate(new) if token in request.eos_ids), None)
@@ -282,13 +283,16 @@ class SpeculativeGenerator:
         save_timings(self.timings)
         self.plain_only = not speculation_can_pay(self.controller, self.costs)
 
-    def _plain_request(self, control: ControllerState | None, prompt_tokens: int, max_new_tokens: int) -> bool:
-        """Whether this request decodes plainly from the start, never prefilling the drafter: the machine's costs
-        rule out every draft, or the drafter's prefill over the prompt costs more than drafting is expected to save
-        over the request's tokens (controller.prefill_pays)."""
+    def _drafter_prompt(self, control: ControllerState | None, prompt_tokens: int, max_new_tokens: int) -> int:
+        """How many prompt tokens the drafter's prefill reads: all of them (no controller); fewer, a window, where
+        the drafter can read one and only that prefill is won back; 0 where the request decodes plainly from the
+        start, never running the drafter: the machine's costs rule out every draft, or no prefill the drafter can
+        do costs less than drafting is expected to save over the request's tokens (controller.drafter_prefill_tokens)."""
         if control is None:
-            return False
-        return self.plain_only or not prefill_pays(control, self.costs, prompt_tokens, max_new_tokens)
+            return prompt_tokens if self.drafter is not None else 0
+        if self.plain_only:
+            return 0
+        return drafter_prefill_tokens(control, self.costs, prompt_tokens, max_new_tokens, self.drafter.prompt_windows)
 
     def _new_control(self, sampling: SamplingParams, prompt_ids: list[int]) -> ControllerState | None:
         if self.controller is None:
@@ -353,15 +357,17 @@ class SpeculativeGenerator:
         return start_state(self.target, prompt_ids, max_new_tokens, sampling)
 
     @torch.inference_mode()
-    def _prefill(self, state: DecodeState, stats: GenerationStats | None = None, plain: bool = False) -> int:
-        """The prefill; `plain`: the target's alone (a request that will never draft)."""
+    def _prefill(self, state: DecodeState, stats: GenerationStats, drafter_prompt: int) -> int:
+        """The prefill: the target's, and the drafter's over `drafter_prompt` of the prompt's tokens (0: none, a
+        request that will never draft; fewer than the prompt: a window, `_drafter_prompt`)."""
         start = now(self.device)
-        if plain:
+        if drafter_prompt == 0:
             first = prefill(self.target, None, state, None)
         else:
-            first = prefill(self.target, self.drafter, state, self.hidden_layers)
-        if stats is not None:
-            stats.prefill_time_s = now(self.device) - start
+            window = drafter_prompt if drafter_prompt < stats.prompt_tokens else None
+            first = prefill(self.target, self.drafter, state, self.hidden_layers, window)
+        stats.prefill_time_s = now(self.device) - start
+        stats.draft_prompt_tokens = drafter_prompt
         return first
 
     @torch.inference_mode()

@@ -32,6 +32,7 @@ class GenerationStats:
     tree: str = ""  # the drafted shape (str(TreeShape), e.g. "chain-4"); "" for vanilla
     draft_tokens: int = 0  # drafted tokens (tree nodes) the target verified, over all decode steps
     accepted_depth_histogram: list[int] = field(default_factory=list)  # [m]: decode steps accepting m drafts
+    draft_prompt_tokens: int = 0  # prompt tokens the drafter's prefill read (fewer than prompt_tokens: a window)
     prefill_time_s: float = 0.0  # target and drafter prefill, and the first token
     target_time_s: float = 0.0  # decode forwards of the target
     draft_time_s: float = 0.0  # drafter time spent proposing

@@ -74,8 +74,10 @@ def start_state(
     return DecodeState(buf, len(prompt_ids), new_cache(target), sampling, generator)
 
 
-def prefill(target: torch.nn.Module, drafter: Drafter | None, state: DecodeState, hidden_layers) -> int:
-    """Run the target over the prompt, choose the first token (verifying the root-only tree), prime the drafter."""
+def prefill(target: torch.nn.Module, drafter: Drafter | None, state: DecodeState, hidden_layers,
+            drafter_window: int | None = None) -> int:
+    """Run the target over the prompt, choose the first token (verifying the root-only tree), prime the drafter
+    (over a window of the prompt, `drafter_window`, where given: Drafter.prefill)."""
     n = state.length
     out = target(
         input_ids=state.buf[:, :n], cache=state.cache, use_cache=True, logits_to_keep=1,
@@ -89,7 +91,10 @@ def prefill(target: torch.nn.Module, drafter: Drafter | None, state: DecodeState
     state.buf[0, n] = first
     state.length = n + 1
     if drafter is not None:
-        drafter.prefill(state.buf[:, :n])
+        if drafter_window is None:  # drafters without prompt windows (EAGLE, MTP) take the prompt alone
+            drafter.prefill(state.buf[:, :n])
+        else:
+            drafter.prefill(state.buf[:, :n], window=drafter_window)
     return first
 
 

@@ -1,0 +1,126 @@
+"""A draft model that read only a window of a long prompt (decode/draft_model.py: its first PROMPT_SINK tokens and
+its last ones) proposes from less context, never wrongly: greedy fp32 output stays token for token the target's,
+for chains with plain steps between (the drafter then falls behind and catches up) and for trees, and the windowed
+drafter proposes exactly what a drafter given the shortened prompt itself proposes."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from frspec.decode import engine as _engine
+from frspec.decode.controller import Plan, _record
+from frspec.decode.draft_model import PROMPT_SINK, DraftModelDrafter
+from frspec.decode.kv_cache import cache_length
+from frspec.decode.sampling import SamplingParams, make_generator
+from frspec.decode.step_costs import StepCosts
+from frspec.errors import FrspecError
+from tests.decode.eagle_tiny import mostly_bigram
+from tests.decode.spec_tiny import hf_greedy, noisy_copy, tiny_lm
+from tests.lossless.decode_adapter import TreeShape, build_generator
+
+VOCAB = 128
+NEW = 24
+WINDOW = PROMPT_SINK + 16
+
+# Fake costs under which drafting pays (a flat target curve, cheap drafts): the real controller speculates.
+FLAT = StepCosts({n: 1.0 + 0.01 * n for n in range(1, 10)}, {1: 0.01}, {VOCAB: {1: 0.004}}, full_size=VOCAB)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return mostly_bigram(tiny_lm("llama", VOCAB, hidden=32, layers=2, seed=0, dtype=torch.float32))
+
+
+@pytest.fixture(scope="module")
+def prompts_and_refs(target):
+    gen = torch.Generator().manual_seed(31)
+    prompts = [torch.randint(0, VOCAB, (int(n),), generator=gen).tolist()
+               for n in torch.randint(WINDOW + 1, 3 * WINDOW, (8,), generator=gen)]
+    return prompts, [hf_greedy(target, p, NEW) for p in prompts]
+
+
+@pytest.fixture
+def windowed(monkeypatch):
+    """Every request's drafter reads a WINDOW-token window of its prompt (the controller's choice, forced), and
+    chains alternate with plain steps (after which the drafter catches up on the tokens it did not see)."""
+    monkeypatch.setattr(_engine, "drafter_prefill_tokens", lambda state, costs, prompt, new, windows: WINDOW)
+    depths = itertools.cycle((3, 0, 2, 0, 0, 1))
+
+    def schedule(state, costs, remaining=None, context=None):
+        return _record(state, Plan(min(next(depths), max((remaining or 1) - 1, 0)), state.settings.sizes[-1]))
+
+    monkeypatch.setattr(_engine, "choose", schedule)
+
+
+@pytest.mark.parametrize("tree", [None, TreeShape.static(2, 2), TreeShape.dynamic(3, 3, 8)],
+                         ids=["chain", "static", "dynamic"])
+def test_greedy_identity_with_the_drafter_prefilled_over_a_window(target, prompts_and_refs, windowed, tree):
+    prompts, refs = prompts_and_refs
+    generator = build_generator(target, draft=noisy_copy(target, 0.05, seed=1), costs=FLAT,
+                                recalibrate_costs=False, tree=tree, token_map_size=None if tree else "auto")
+    if tree is not None:  # a fixed tree has no controller: force the window where the engine reads it
+        generator._drafter_prompt = lambda control, prompt_tokens, max_new: WINDOW
+    accepted = plain = 0
+    for prompt, ref in zip(prompts, refs):
+        out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+        assert out.token_ids == ref, f"prompt of {len(prompt)}"
+        assert out.stats.draft_prompt_tokens == WINDOW
+        # The drafter's cache holds the window and what it caught up on since, never the tokens left out.
+        assert generator.drafter.skipped == len(prompt) - WINDOW
+        assert cache_length(generator.drafter.cache) <= WINDOW + NEW
+        accepted += sum(out.stats.accepted_per_position)
+        plain += (out.stats.chosen_depth_histogram or [0])[0]
+    assert accepted > 0, "no draft was ever accepted: the identity check would be vacuous"
+    if tree is None:
+        assert plain > 0, "no plain step: the catch-up after one went unchecked"
+
+
+def test_a_windowed_drafter_proposes_what_it_proposes_given_the_shortened_prompt(target):
+    draft = noisy_copy(target, 0.05, seed=2)
+    prompt = torch.randint(0, VOCAB, (1, 100), generator=torch.Generator().manual_seed(3))
+    # The window over the prompt the drafter prefills (all but the root, the last token), then the root.
+    shortened = torch.cat([prompt[:, :PROMPT_SINK], prompt[:, -(WINDOW - PROMPT_SINK + 1):]], dim=1)
+    sampling = SamplingParams(temperature=0.8)
+    proposals = []
+    for context, window in ((prompt, WINDOW), (shortened, None)):
+        drafter = DraftModelDrafter(draft)
+        drafter.reset()
+        drafter.prefill(context[:, :-1], window=window)
+        with torch.inference_mode():
+            proposals.append(drafter.propose(context, TreeShape.chain(4), sampling, make_generator(7)))
+        drafter.rollback(context.shape[1] - 1)  # the root kept, the drafts rejected
+        assert cache_length(drafter.cache) == shortened.shape[1] - 1
+    windowed, direct = proposals
+    assert windowed.tokens == direct.tokens
+    torch.testing.assert_close(windowed.child_probs, direct.child_probs, rtol=0, atol=0)
+    # A window as long as the prompt or longer reads the whole prompt; one inside the sink tokens is refused.
+    drafter = DraftModelDrafter(draft)
+    drafter.reset()
+    drafter.prefill(prompt, window=prompt.shape[1])
+    assert drafter.skipped == 0 and cache_length(drafter.cache) == prompt.shape[1]
+    drafter.reset()
+    with pytest.raises(FrspecError, match="exceed its 32 sink tokens"):
+        drafter.prefill(prompt, window=PROMPT_SINK)
+
+
+def test_a_request_reads_a_window_where_only_that_prefill_is_won_back(target, prompts_and_refs):
+    """Under costs where the drafter's prefill costs 0.2 s a prompt token and drafting is cheap, the saving drafting
+    is expected to make over 24 tokens wins back a WINDOW-token prefill but not one over twice that: long prompts
+    draft after a windowed prefill, and, with no window to read, decode plainly."""
+    prompts, refs = prompts_and_refs
+    costs = StepCosts({n: 1.0 + 0.01 * n for n in range(1, 10)}, {1: 0.01, 64: 0.01 + 0.2 * 63},
+                      {VOCAB: {1: 0.004}}, full_size=VOCAB)
+    generator = build_generator(target, draft=noisy_copy(target, 0.05, seed=1), costs=costs,
+                                recalibrate_costs=False)
+    long = [(p, r) for p, r in zip(prompts, refs) if len(p) >= 2 * WINDOW]
+    assert long
+    for windows, read in (((WINDOW,), WINDOW), ((), 0)):
+        generator.drafter.prompt_windows = windows
+        for prompt, ref in long:
+            out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+            assert out.token_ids == ref
+            assert out.stats.draft_prompt_tokens == read
+            assert (sum(out.stats.chosen_depth_histogram[1:]) > 0) == bool(read)  # drafted only after a prefill
