@@ -1,5 +1,5 @@
-"""A draft model that read only a window of a long prompt (decode/draft_model.py: its first PROMPT_SINK tokens and
-its last ones) proposes from less context, never wrongly: greedy fp32 output stays token for token the target's,
+"""A draft model that read only a window of a long prompt (decode/draft_model.py: its first half from the prompt's
+start, its second from the end) proposes from less context, never wrongly: greedy fp32 output stays token for token the target's,
 for chains with plain steps between (the drafter then falls behind and catches up) and for trees, and the windowed
 drafter proposes exactly what a drafter given the shortened prompt itself proposes."""
 
@@ -12,7 +12,7 @@ import torch
 
 from frspec.decode import engine as _engine
 from frspec.decode.controller import Plan, _record
-from frspec.decode.draft_model import PROMPT_SINK, DraftModelDrafter
+from frspec.decode.draft_model import DraftModelDrafter
 from frspec.decode.kv_cache import cache_length
 from frspec.decode.sampling import SamplingParams, make_generator
 from frspec.decode.step_costs import StepCosts
@@ -23,7 +23,7 @@ from tests.lossless.decode_adapter import TreeShape, build_generator
 
 VOCAB = 128
 NEW = 24
-WINDOW = PROMPT_SINK + 16
+WINDOW = 48
 
 # Fake costs under which drafting pays (a flat target curve, cheap drafts): the real controller speculates.
 FLAT = StepCosts({n: 1.0 + 0.01 * n for n in range(1, 10)}, {1: 0.01}, {VOCAB: {1: 0.004}}, full_size=VOCAB)
@@ -82,7 +82,7 @@ def test_a_windowed_drafter_proposes_what_it_proposes_given_the_shortened_prompt
     draft = noisy_copy(target, 0.05, seed=2)
     prompt = torch.randint(0, VOCAB, (1, 100), generator=torch.Generator().manual_seed(3))
     # The window over the prompt the drafter prefills (all but the root, the last token), then the root.
-    shortened = torch.cat([prompt[:, :PROMPT_SINK], prompt[:, -(WINDOW - PROMPT_SINK + 1):]], dim=1)
+    shortened = torch.cat([prompt[:, : WINDOW // 2], prompt[:, -(WINDOW // 2 + 1) :]], dim=1)
     sampling = SamplingParams(temperature=0.8)
     proposals = []
     for context, window in ((prompt, WINDOW), (shortened, None)):
@@ -96,14 +96,15 @@ def test_a_windowed_drafter_proposes_what_it_proposes_given_the_shortened_prompt
     windowed, direct = proposals
     assert windowed.tokens == direct.tokens
     torch.testing.assert_close(windowed.child_probs, direct.child_probs, rtol=0, atol=0)
-    # A window as long as the prompt or longer reads the whole prompt; one inside the sink tokens is refused.
+    # A window as long as the prompt or longer reads the whole prompt; one too short for a start and an end is
+    # refused.
     drafter = DraftModelDrafter(draft)
     drafter.reset()
     drafter.prefill(prompt, window=prompt.shape[1])
     assert drafter.skipped == 0 and cache_length(drafter.cache) == prompt.shape[1]
     drafter.reset()
-    with pytest.raises(FrspecError, match="exceed its 32 sink tokens"):
-        drafter.prefill(prompt, window=PROMPT_SINK)
+    with pytest.raises(FrspecError, match="2 tokens or more, not 1"):
+        drafter.prefill(prompt, window=1)
 
 
 def test_a_request_reads_a_window_where_only_that_prefill_is_won_back(target, prompts_and_refs):

@@ -1,13 +1,17 @@
 """DraftModelDrafter: an independent small causal LM drafting chains (token by token) or trees (with tree masks).
 
 Its prefill is the drafter's own cost of a request before it drafts anything: a forward over the whole prompt, paid
-again for every request. Given a window, it reads only the prompt's first PROMPT_SINK tokens (the chat template's
-opening and the system prompt, where attention's sink is) and its last ones, at consecutive positions, as if the
-prompt had been that short: a proposal from less context may be accepted less often, never wrongly, since the target
-verifies every proposal against its own full context. The controller picks the window a request's tokens can win
-back (decode/controller.py, `drafter_prefill_tokens`).
+again for every request. Given a window of W tokens, it reads only the prompt's first W/2 tokens (the chat template's
+opening, the system prompt and, in prompts that carry one, the instruction before a document: "continue this list
+in German", "answer from this text") and its last W/2, at consecutive positions, as if the prompt had been that
+short. A proposal from less context may be accepted less often, never wrongly: the target verifies every proposal
+against its own full context. The controller picks the window a request's tokens can win back (decode/controller.py,
+`drafter_prefill_tokens`). (Measured before choosing the halves, the 0.5B Qwen2.5-Coder drafter's teacher-forced
+agreement with its target's greedy answers on two German/Spanish continuation prompts of ~620 tokens: 0.98 reading
+the whole prompt, 0.51 with a window of 256 that kept only the first 32 or 64 tokens, which cut the instruction, 0.96
+keeping the first 128; on held-out code 0.87 whole and 0.88-0.90 windowed; on long-input QA of ~4k tokens, whose
+answers copy the document, 0.86-0.92 whole and 0.44-0.50 windowed.)
 """
-
 from __future__ import annotations
 
 import torch
@@ -29,9 +33,7 @@ from frspec.vocab.context_vocab import build_draft_vocab
 from frspec.vocab.token_map import TokenMap
 
 
-# Prompt tokens a windowed prefill always keeps from the start (`DraftModelDrafter.prefill`), and the windows the
-# controller may choose among: a long prompt's last tokens, and powers of two that halve the prefill's cost.
-PROMPT_SINK = 32
+# The windows the controller may choose among (`DraftModelDrafter.prefill`), each halving the one before's prefill.
 PROMPT_WINDOWS = (2048, 1024, 512, 256)
 
 
@@ -114,16 +116,17 @@ class DraftModelDrafter(Drafter):
         self.skipped = 0
 
     def prefill(self, context: torch.Tensor, window: int | None = None) -> None:
-        """With `window`, a prompt longer than it is read as its first PROMPT_SINK tokens and its last `window -
-        PROMPT_SINK` (module docstring); the tokens between are left out of this request's drafter cache, which
-        then holds `skipped` fewer tokens than the context (what `propose` and `rollback` count with)."""
+        """With `window`, a prompt longer than it is read as its first `window // 2` tokens and the rest of the window
+        from its end (module docstring); the tokens between are left out of this request's drafter cache, which then
+        holds `skipped` fewer tokens than the context (what `propose` and `rollback` count with)."""
         self._begin_request(context)
         length = context.shape[1]
         if window is not None and length > window:
-            if window <= PROMPT_SINK:
-                raise FrspecError(f"a drafter prompt window must exceed its {PROMPT_SINK} sink tokens, not {window}")
-            self.skipped = length - window
-            context = torch.cat([context[:, :PROMPT_SINK], context[:, PROMPT_SINK + self.skipped :]], dim=1)
+            if window < 2:
+                raise FrspecError(f"a drafter prompt window reads the prompt's start and end: 2 tokens or more, "
+                                  f"not {window}")
+            head, self.skipped = window // 2, length - window
+            context = torch.cat([context[:, :head], context[:, head + self.skipped :]], dim=1)
         self.base(input_ids=context.to(self.device), cache=self.cache, use_cache=True)
         enable_rollback(self.cache)
 
