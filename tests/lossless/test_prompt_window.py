@@ -1,7 +1,8 @@
 """A draft model that read only a window of a long prompt (decode/draft_model.py: its first half from the prompt's
-start, its second from the end) proposes from less context, never wrongly: greedy fp32 output stays token for token the target's,
-for chains with plain steps between (the drafter then falls behind and catches up) and for trees, and the windowed
-drafter proposes exactly what a drafter given the shortened prompt itself proposes."""
+start, its second from the end) proposes from less context, never wrongly: greedy fp32 output stays token for token
+the target's, for chains with plain steps between (the drafter then falls behind and catches up) and for trees, and
+the windowed drafter proposes exactly what a drafter given the shortened prompt itself proposes. Its drafting is timed
+at its own, shorter context."""
 
 from __future__ import annotations
 
@@ -125,3 +126,26 @@ def test_a_request_reads_a_window_where_only_that_prefill_is_won_back(target, pr
             assert out.token_ids == ref
             assert out.stats.draft_prompt_tokens == read
             assert (sum(out.stats.chosen_depth_histogram[1:]) > 0) == bool(read)  # drafted only after a prefill
+
+
+def test_a_windowed_drafters_steps_are_timed_at_its_own_context(target, prompts_and_refs, windowed, monkeypatch):
+    """The engine rescales its costs from timed drafting (decode/cost_calibration.py); a windowed drafter's forwards
+    run over its own cache, `skipped` tokens shorter than the target's context, and are timed against the table
+    there: at the target's context they would read as a fast drafter and scale every drafting cost down."""
+    from frspec.decode.cost_calibration import StepTimings
+
+    prompts, refs = prompts_and_refs
+    recorded = []
+    real_add_draft = StepTimings.add_draft
+
+    def add_draft(self, shape, k, context, behind, seconds):
+        recorded.append(context)
+        real_add_draft(self, shape, k, context, behind, seconds)
+
+    monkeypatch.setattr(StepTimings, "add_draft", add_draft)
+    generator = build_generator(target, draft=noisy_copy(target, 0.05, seed=1), costs=FLAT, token_map_size="auto")
+    assert generator.timings is not None  # recalibration on, as by default
+    prompt, ref = max(zip(prompts, refs), key=lambda pair: len(pair[0]))
+    out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+    assert out.token_ids == ref and out.stats.draft_prompt_tokens == WINDOW
+    assert recorded and all(WINDOW < context <= WINDOW + NEW for context in recorded), (len(prompt), recorded)

@@ -34,7 +34,8 @@ def _aggregate(generations: list[Generation]) -> GenerationStats:
 
 def drafter_prefills(generations: list[Generation]) -> dict[str, int]:
     """An auto row's requests by what its drafter's prefill read: the whole prompt, a window of it (a long prompt's
-    start and end, decode/draft_model.py), or nothing (the request decoded plainly: controller.drafter_prefill_tokens)."""
+    start and end, decode/draft_model.py), or nothing (the request decoded plainly:
+    controller.drafter_prefill_tokens)."""
     counts = {"whole": 0, "window": 0, "none": 0}
     for g in generations:
         read = g.stats.draft_prompt_tokens

@@ -252,7 +252,8 @@ class SpeculativeGenerator:
                     step = self._plain_step(state, remaining)
                     stats.record_choice(0, 0)
                 else:
-                    step = self._controlled_step(state, remaining, control, stats, timed)
+                    step = self._controlled_step(state, remaining, control, stats, timed,
+                                                 len(request.prompt_ids) - drafter_prompt)
                 if timed is not None:  # at the row count the controller counts it under and reads costs at
                     timed.add_target(target_rows(self.controller, step.drafted_depth), context, step.target_time_s)
                 new = step.tokens
@@ -287,7 +288,8 @@ class SpeculativeGenerator:
         """How many prompt tokens the drafter's prefill reads: all of them (no controller); fewer, a window, where
         the drafter can read one and only that prefill is won back; 0 where the request decodes plainly from the
         start, never running the drafter: the machine's costs rule out every draft, or no prefill the drafter can
-        do costs less than drafting is expected to save over the request's tokens (controller.drafter_prefill_tokens)."""
+        do costs less than drafting is expected to save over the request's tokens
+        (controller.drafter_prefill_tokens)."""
         if control is None:
             return prompt_tokens if self.drafter is not None else 0
         if self.plain_only:
@@ -313,9 +315,10 @@ class SpeculativeGenerator:
 
     @torch.inference_mode()
     def _controlled_step(self, state: DecodeState, remaining: int, control: ControllerState,
-                         stats: GenerationStats, timed: StepTimings | None) -> StepResult:
+                         stats: GenerationStats, timed: StepTimings | None, skipped: int = 0) -> StepResult:
         """Choose this step's length and map size, take the step, show the controller what happened (and `timed`
-        what its drafting took)."""
+        what its drafting took, at the drafter's own context: `skipped` prompt tokens fewer where its prefill read
+        a window)."""
         context, behind, drafting_before = state.length, control.behind, self.drafter.time_s
         plan = choose(control, self.costs, remaining, context=context)
         vocab = self.drafter.vocab
@@ -326,7 +329,12 @@ class SpeculativeGenerator:
         keep = chain_rule(control, self.costs, plan, context) if shape is not None and shape.kind == "chain" else None
         step = decode_step(self.target, self.drafter, state, shape, self.hidden_layers, remaining, keep)
         if timed is not None and step.drafted_depth:
-            timed.add_draft(step_shape(self.controller, step.drafted_depth), plan.size, context, behind,
+            # Timed against the table at the context the drafter ran at. A windowed drafter's shorter cache makes its
+            # forwards cheaper than the table's at the target's context; read as a fast drafter, that ratio scaled
+            # down every drafting cost, the next prompt's whole prefill too (measured on long-input QA: a 0.64 scale
+            # after a windowed request, and a 4,117-token prefill, 11.5 s in the table, estimated at 7.4 s; it took
+            # 13.8 s).
+            timed.add_draft(step_shape(self.controller, step.drafted_depth), plan.size, context - skipped, behind,
                             self.drafter.time_s - drafting_before)
         ranks = vocab.ranks(step.tokens).tolist() if isinstance(vocab, RankedVocab) else None
         expected = drawn = None
