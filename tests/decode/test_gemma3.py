@@ -126,7 +126,7 @@ def test_gemma3_tree_accepting_a_side_branch_gathers_the_sliding_cache():
             self.vocab = DraftVocab.build(strong.get_output_embeddings().weight)
             self.device = torch.device("cpu")
 
-        def prefill(self, context):
+        def prefill(self, context, window=None):
             pass
 
         def propose(self, context, shape, sampling, generator, keep_drafting=None):

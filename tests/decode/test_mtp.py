@@ -128,7 +128,7 @@ class _ScriptedDrafter(Drafter):
         self.device = torch.device("cpu")
         self.reference, self.depths, self.tree, self.step = reference, depths, tree, 0
 
-    def prefill(self, context):
+    def prefill(self, context, window=None):
         self.prompt_len = context.shape[1]
 
     def propose(self, context, shape, sampling, generator, keep_drafting=None):

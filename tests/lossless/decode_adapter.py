@@ -100,7 +100,7 @@ def _fixed_hidden_drafter(vocab: DraftVocab, hidden_at: HiddenFn) -> DraftModelD
     Drafter.__init__(drafter)
     drafter.vocab, drafter.base, drafter.device = vocab, _FixedHiddenBase(hidden_at), torch.device("cpu")
     drafter.softcap = None  # the fixed tables are the logits: no final soft-capping
-    drafter.cache, drafter.skipped = DynamicCache(), 0  # its prefill read no window
+    drafter.cache = DynamicCache()
     return drafter
 
 

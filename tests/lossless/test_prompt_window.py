@@ -149,3 +149,14 @@ def test_a_windowed_drafters_steps_are_timed_at_its_own_context(target, prompts_
     out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
     assert out.token_ids == ref and out.stats.draft_prompt_tokens == WINDOW
     assert recorded and all(WINDOW < context <= WINDOW + NEW for context in recorded), (len(prompt), recorded)
+
+
+def test_an_eagle_head_reads_no_window(target):
+    """EAGLE and MTP heads read the target's state at every prompt position: they offer no window, and one asked of
+    them is refused in one line."""
+    from tests.decode.eagle_tiny import oracle_eagle2_head
+
+    generator = build_generator(target, eagle=oracle_eagle2_head(target), costs=FLAT, recalibrate_costs=False)
+    assert generator.drafter.prompt_windows == ()
+    with pytest.raises(FrspecError, match="EAGLE head reads the whole prompt"):
+        generator.drafter.prefill(torch.zeros((1, 8), dtype=torch.long), window=4)

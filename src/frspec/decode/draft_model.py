@@ -12,6 +12,7 @@ the whole prompt, 0.51 with a window of 256 that kept only the first 32 or 64 to
 keeping the first 128; on held-out code 0.87 whole and 0.88-0.90 windowed; on long-input QA of ~4k tokens, whose
 answers copy the document, 0.86-0.92 whole and 0.44-0.50 windowed.)
 """
+
 from __future__ import annotations
 
 import torch
@@ -97,7 +98,6 @@ class DraftModelDrafter(Drafter):
         if parse_quant(head_quant) is not None:
             self.vocab.quantize_head(lambda linear: quantize_linear(linear, head_quant))
         self.cache = new_cache(model)
-        self.skipped = 0  # prompt tokens this request's prefill left out of the cache (`prefill`'s window)
 
     @property
     def weights(self) -> torch.nn.Module:

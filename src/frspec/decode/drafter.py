@@ -42,6 +42,9 @@ class Drafter:
     # Windows of a long prompt `prefill` can read instead of all of it, longest first (a draft model's own cache:
     # draft_model.py); none for drafters that read the target's states at every position (EAGLE, MTP).
     prompt_windows: tuple[int, ...] = ()
+    # Prompt tokens this request's prefill left out of the drafter's own context (a window): its forwards run that
+    # many positions short of the target's.
+    skipped: int = 0
 
     def __init__(self) -> None:
         self.time_s = 0.0

@@ -24,6 +24,7 @@ from frspec.decode.timing import now
 from frspec.decode.token_tree import TokenTree, expansion_inputs
 from frspec.decode.tree_growth import KeepDrafting, grow_tree
 from frspec.decode.tree_shape import TreeShape
+from frspec.errors import FrspecError
 from frspec.models.attention import check_arbitrary_masks
 from frspec.models.eagle import EagleHead
 from frspec.vocab.token_map import TokenMap
@@ -72,9 +73,13 @@ class EagleDrafter(Drafter):
         self._features, self._hidden = None, []
 
     @torch.inference_mode()
-    def prefill(self, context: torch.Tensor) -> None:
+    def prefill(self, context: torch.Tensor, window: int | None = None) -> None:
         """Run the head over the prompt's pairs (x_{t+1}, h_t), t < L - 1, once the target's prefill states have
-        been observed; the last prompt state pairs with the first generated token in the first `propose`."""
+        been observed; the last prompt state pairs with the first generated token in the first `propose`. No window
+        (`prompt_windows` is empty): the head reads the target's state at every prompt position."""
+        if window is not None:
+            raise FrspecError(f"an {self.kind.upper()} head reads the whole prompt (the target's state at every "
+                              f"position), not a {window}-token window")
         self._begin_request(context)
         features = self._take_features()
         if features is None:

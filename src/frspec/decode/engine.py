@@ -252,8 +252,7 @@ class SpeculativeGenerator:
                     step = self._plain_step(state, remaining)
                     stats.record_choice(0, 0)
                 else:
-                    step = self._controlled_step(state, remaining, control, stats, timed,
-                                                 len(request.prompt_ids) - drafter_prompt)
+                    step = self._controlled_step(state, remaining, control, stats, timed)
                 if timed is not None:  # at the row count the controller counts it under and reads costs at
                     timed.add_target(target_rows(self.controller, step.drafted_depth), context, step.target_time_s)
                 new = step.tokens
@@ -315,10 +314,10 @@ class SpeculativeGenerator:
 
     @torch.inference_mode()
     def _controlled_step(self, state: DecodeState, remaining: int, control: ControllerState,
-                         stats: GenerationStats, timed: StepTimings | None, skipped: int = 0) -> StepResult:
+                         stats: GenerationStats, timed: StepTimings | None) -> StepResult:
         """Choose this step's length and map size, take the step, show the controller what happened (and `timed`
-        what its drafting took, at the drafter's own context: `skipped` prompt tokens fewer where its prefill read
-        a window)."""
+        what its drafting took, at the drafter's own context: `Drafter.skipped` tokens short of the target's where its
+        prefill read a window)."""
         context, behind, drafting_before = state.length, control.behind, self.drafter.time_s
         plan = choose(control, self.costs, remaining, context=context)
         vocab = self.drafter.vocab
@@ -334,7 +333,7 @@ class SpeculativeGenerator:
             # down every drafting cost, the next prompt's whole prefill too (measured on long-input QA: a 0.64 scale
             # after a windowed request, and a 4,117-token prefill, 11.5 s in the table, estimated at 7.4 s; it took
             # 13.8 s).
-            timed.add_draft(step_shape(self.controller, step.drafted_depth), plan.size, context - skipped, behind,
+            timed.add_draft(step_shape(self.controller, step.drafted_depth), plan.size, context - self.drafter.skipped, behind,
                             self.drafter.time_s - drafting_before)
         ranks = vocab.ranks(step.tokens).tolist() if isinstance(vocab, RankedVocab) else None
         expected = drawn = None

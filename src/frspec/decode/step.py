@@ -91,10 +91,7 @@ def prefill(target: torch.nn.Module, drafter: Drafter | None, state: DecodeState
     state.buf[0, n] = first
     state.length = n + 1
     if drafter is not None:
-        if drafter_window is None:  # drafters without prompt windows (EAGLE, MTP) take the prompt alone
-            drafter.prefill(state.buf[:, :n])
-        else:
-            drafter.prefill(state.buf[:, :n], window=drafter_window)
+        drafter.prefill(state.buf[:, :n], window=drafter_window)
     return first
 
 
