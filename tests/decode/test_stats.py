@@ -44,6 +44,13 @@ def test_derived_values():
     assert "acceptance length 2.00" in s.summary()
 
 
+def test_drafter_prefill_counts_as_decoding_time():
+    """The target's prefill is left out of decoding time, the drafter's is not: it is speculation's cost."""
+    s = _stats(draft_prefill_time_s=0.25)
+    assert s.decode_tokens_per_s == 8 / 3.5 and s.end_to_end_tokens_per_s == 9 / 4.0
+    assert s.overhead_time_s == pytest.approx(0.05)
+
+
 def test_undefined_ratios_are_none():
     s = GenerationStats(tokens=1, wall_time_s=0.1)
     assert s.acceptance_length is None and s.forward_ratio is None and s.lm_head_share is None

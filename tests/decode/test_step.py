@@ -41,6 +41,28 @@ def test_drafts_accepted_after_an_eos_are_not_counted():
     assert s.acceptance_length == j  # emitted decode tokens per target forward
 
 
+def test_the_drafters_prefill_is_timed_apart_and_counts_as_decoding(monkeypatch):
+    """The drafter's prefill is speculation's cost: timed apart from the target's prefill, and inside the decoding
+    time the bench's throughput divides (GenerationStats.decode_tokens_per_s)."""
+    import time
+
+    target = tiny_lm("llama", VOCAB, seed=3)
+    generator = build_generator(target, noisy_copy(target, 0.05, seed=1), num_spec_tokens=K)
+    slow = 0.2
+    prefill = type(generator.drafter).prefill
+
+    def slow_prefill(self, context, window=None):
+        time.sleep(slow)
+        return prefill(self, context, window=window)
+
+    monkeypatch.setattr(type(generator.drafter), "prefill", slow_prefill)
+    s = generator.generate(input_ids=PROMPT, max_new_tokens=8).stats
+    assert s.draft_prefill_time_s >= slow > s.prefill_time_s
+    assert s.wall_time_s - s.prefill_time_s >= slow + s.target_time_s + s.draft_time_s
+    assert s.decode_tokens_per_s == pytest.approx(s.decode_tokens / (s.wall_time_s - s.prefill_time_s))
+    assert s.overhead_time_s >= 0
+
+
 def test_drafts_accepted_after_a_stop_string_are_not_counted():
     tok = tiny_tokenizer()
     target = tiny_lm("llama", TOKENIZER_VOCAB, seed=11)

@@ -69,10 +69,12 @@ METHODOLOGY = """\
   best. Num Spec Tokens is the drafted depth. The target verifies a whole tree in one forward.
 - Mean Acceptance Length: tokens emitted per target decode forward (prefill excluded), from totals over all
   prompts. Vanilla is 1 by definition; a drafter drafting depth k can reach at most k + 1.
-- Decoding Throughput: tokens emitted by decode steps / decode time (wall time minus prefill), from totals over
-  all prompts (`decode_tokens_per_s`); the target's prefill is the same work for every method, a draft model's
-  prefill over the prompt is not. End-to-End Throughput: all tokens / wall time, prefill included
-  (`end_to_end_tokens_per_s`). Total Time: wall time of all measured generations of the method, prefill included.
+- Decoding Throughput: tokens emitted by decode steps / decode time (wall time minus the target's prefill), from
+  totals over all prompts (`decode_tokens_per_s`); the target's prefill is the same work for every method, a
+  draft model's prefill over the prompt is not: it is speculation's cost, so it counts in decode time
+  (`draft_prefill_time_s` in the JSON; results whose JSON lacks it left it out). End-to-End Throughput: all
+  tokens / wall time, prefill included (`end_to_end_tokens_per_s`). Total Time: wall time of all measured
+  generations of the method, prefill included.
 - Forward Ratio: mean measured time of one drafter step over mean time of one target decode forward (from the
   timed forwards themselves, not from parameter counts), so it falls when FR-Spec shrinks the draft LM head.
 - Speedups: ratios of decoding throughputs measured side by side in the same run, against the vanilla row of
@@ -92,9 +94,9 @@ METHODOLOGY = """\
   int4 target and draft body with its ranked head float. Auto vs Best Static: its decoding
   throughput over the fastest row's of vanilla and the same drafter's static rows (any map or none, any shape),
   which a user could only pick in hindsight; "(end to end)": the same with end-to-end throughputs, against the
-  row fastest end to end. The controller weighs a draft model's prefill over the prompt, so where that prefill
-  costs more than drafting saves it decodes plainly: faster end to end, slower than the static rows in decode
-  alone. Steps per map size / per draft length: what it chose.
+  row fastest end to end. The controller weighs a draft model's prefill over the prompt (or a window of it), and
+  where no prefill costs less than drafting saves it decodes plainly. Steps per map size / per draft length: what
+  it chose.
 - Draft LM-Head Share: time in the drafter's LM head (the draft model's, or the EAGLE head's) / total drafting
   time.
 - Greedy Identical: whether each greedy output equals vanilla's token for token; otherwise the number of prompts

@@ -133,6 +133,7 @@ def summarize(result: BenchResult) -> list[dict[str, Any]]:
                 "target_forwards": agg.target_forwards,
                 "draft_steps": agg.draft_steps,
                 "prefill_time_s": agg.prefill_time_s,
+                "draft_prefill_time_s": agg.draft_prefill_time_s,
                 "draft_time_s": agg.draft_time_s,
                 "draft_lm_head_time_s": agg.draft_lm_head_time_s,
                 "target_time_s": agg.target_time_s,

@@ -217,8 +217,7 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
             vocab.set_size(before)
 
     def beyond_forwards(stats) -> float:
-        decode = stats.wall_time_s - stats.prefill_time_s - stats.draft_time_s - stats.target_time_s
-        return max(decode / max(stats.target_forwards, 1), 0.0)
+        return max(stats.overhead_time_s / max(stats.target_forwards, 1), 0.0)
 
     per_forward = max((spec.draft_time_s - spec.draft_lm_head_time_s) / max(spec.draft_steps, 1), 0.0)
     draft_by_context = {}

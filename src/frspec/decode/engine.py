@@ -24,7 +24,7 @@ from frspec.decode.request import Request, prepare_request
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.stats import GenerationStats
 from frspec.decode.step_costs import StepCosts
-from frspec.decode.step import DecodeState, StepResult, decode_step, prefill, start_state
+from frspec.decode.step import DecodeState, StepResult, decode_step, prefill_drafter, prefill_target, start_state
 from frspec.decode.timing import now
 from frspec.decode.token_tree import check_tree_support
 from frspec.decode.tree_shape import TreeShape
@@ -366,14 +366,16 @@ class SpeculativeGenerator:
     @torch.inference_mode()
     def _prefill(self, state: DecodeState, stats: GenerationStats, drafter_prompt: int) -> int:
         """The prefill: the target's, and the drafter's over `drafter_prompt` of the prompt's tokens (0: none, a
-        request that will never draft; fewer than the prompt: a window, `_drafter_prompt`)."""
+        request that will never draft; fewer than the prompt: a window, `_drafter_prompt`), each timed apart: the
+        drafter's is speculation's cost (GenerationStats.decode_tokens_per_s)."""
+        drafter = self.drafter if drafter_prompt else None
         start = now(self.device)
-        if drafter_prompt == 0:
-            first = prefill(self.target, None, state, None)
-        else:
-            window = drafter_prompt if drafter_prompt < stats.prompt_tokens else None
-            first = prefill(self.target, self.drafter, state, self.hidden_layers, window)
+        first = prefill_target(self.target, drafter, state, self.hidden_layers if drafter else None)
         stats.prefill_time_s = now(self.device) - start
+        if drafter is not None:
+            start = now(self.device)
+            prefill_drafter(drafter, state, drafter_prompt if drafter_prompt < stats.prompt_tokens else None)
+            stats.draft_prefill_time_s = now(self.device) - start
         stats.draft_prompt_tokens = drafter_prompt
         return first
 

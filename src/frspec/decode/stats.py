@@ -33,7 +33,8 @@ class GenerationStats:
     draft_tokens: int = 0  # drafted tokens (tree nodes) the target verified, over all decode steps
     accepted_depth_histogram: list[int] = field(default_factory=list)  # [m]: decode steps accepting m drafts
     draft_prompt_tokens: int = 0  # prompt tokens the drafter's prefill read (fewer than prompt_tokens: a window)
-    prefill_time_s: float = 0.0  # target and drafter prefill, and the first token
+    prefill_time_s: float = 0.0  # the target's prefill and the first token
+    draft_prefill_time_s: float = 0.0  # the drafter's prefill over the prompt (or its window)
     target_time_s: float = 0.0  # decode forwards of the target
     draft_time_s: float = 0.0  # drafter time spent proposing
     draft_lm_head_time_s: float = 0.0  # of which in its LM head alone (docs/engine.md, Timings)
@@ -105,10 +106,12 @@ class GenerationStats:
 
     @property
     def decode_tokens_per_s(self) -> float | None:
-        """Tokens emitted by decode steps per second of decoding (wall time after the prefill).
+        """Tokens emitted by decode steps per second of decoding: wall time after the target's prefill.
 
-        The prefill is the same target work for every method, so leaving it out compares what the methods change.
-        This is the throughput `frspec bench` reports and its speedups divide.
+        The target's prefill is the same work for every method, so leaving it out compares what the methods change.
+        A draft model's prefill over the prompt is not: it is what speculating costs before its first draft, so it
+        counts as decoding time (leaving it out would credit a static drafter with a free prefill, and count against
+        a controller that declines to pay it). This is the throughput `frspec bench` reports and its speedups divide.
         """
         decode_time = self.wall_time_s - self.prefill_time_s
         return self.decode_tokens / decode_time if self.decode_tokens and decode_time > 0 else None
@@ -134,8 +137,9 @@ class GenerationStats:
 
     @property
     def overhead_time_s(self) -> float:
-        """Wall time outside prefill, target forwards and drafting: verification, bookkeeping, stop checks."""
-        return self.wall_time_s - self.prefill_time_s - self.target_time_s - self.draft_time_s
+        """Wall time outside the prefills, target forwards and drafting: verification, bookkeeping, stop checks."""
+        return (self.wall_time_s - self.prefill_time_s - self.draft_prefill_time_s - self.target_time_s
+                - self.draft_time_s)
 
     def to_dict(self) -> dict[str, Any]:
         """Fields and derived values, JSON-ready (undefined ratios are None)."""

@@ -76,8 +76,17 @@ def start_state(
 
 def prefill(target: torch.nn.Module, drafter: Drafter | None, state: DecodeState, hidden_layers,
             drafter_window: int | None = None) -> int:
-    """Run the target over the prompt, choose the first token (verifying the root-only tree), prime the drafter
-    (over a window of the prompt, `drafter_window`, where given: Drafter.prefill)."""
+    """Run the target over the prompt and choose the first token (`prefill_target`), then prime the drafter
+    (`prefill_drafter`)."""
+    first = prefill_target(target, drafter, state, hidden_layers)
+    if drafter is not None:
+        prefill_drafter(drafter, state, drafter_window)
+    return first
+
+
+def prefill_target(target: torch.nn.Module, drafter: Drafter | None, state: DecodeState, hidden_layers) -> int:
+    """Run the target over the prompt and choose the first token (verifying the root-only tree); an EAGLE/MTP
+    drafter (`hidden_layers` given) observes the target's hidden states."""
     n = state.length
     out = target(
         input_ids=state.buf[:, :n], cache=state.cache, use_cache=True, logits_to_keep=1,
@@ -90,9 +99,13 @@ def prefill(target: torch.nn.Module, drafter: Drafter | None, state: DecodeState
     first = verify(root, out.logits[0, -1:], state.sampling, state.generator).tokens[0]
     state.buf[0, n] = first
     state.length = n + 1
-    if drafter is not None:
-        drafter.prefill(state.buf[:, :n], window=drafter_window)
     return first
+
+
+def prefill_drafter(drafter: Drafter, state: DecodeState, window: int | None = None) -> None:
+    """Prime the drafter over the prompt, after `prefill_target` (over a window of it where given:
+    Drafter.prefill)."""
+    drafter.prefill(state.buf[:, : state.length - 1], window=window)
 
 
 def decode_step(

@@ -139,7 +139,7 @@ def overheads(spec: GenerationStats, vanilla: GenerationStats, target_costs: dic
     target forward. Never negative."""
 
     def per_step(stats: GenerationStats, beyond: float) -> float:
-        decode = stats.wall_time_s - stats.prefill_time_s - stats.draft_time_s
+        decode = stats.overhead_time_s + stats.target_time_s  # decode time beyond drafting and its prefill
         return max(decode / max(stats.target_forwards, 1) - beyond, 0.0)
 
     per_draft = spec.draft_time_s / spec.draft_steps if spec.draft_steps else 0.0
