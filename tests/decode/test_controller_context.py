@@ -92,6 +92,29 @@ def test_in_between_measured_contexts_it_interpolates():
     assert mix.draft_base(1, 1024) == pytest.approx(0.025 + 0.015 / 3)
 
 
+def test_a_row_count_a_longer_context_lacks_follows_the_shortest_contexts_shape():
+    """The measurement times every row count at the shortest context and 1, 2, 4 and 7 rows at the longer ones. The
+    int4 target on the AVX512 EPYC jumps from 4 rows to 5 (94 to 174 ms after 128 tokens): at 512 tokens 5 rows
+    read along that shape, not on the line from 4 to 7 rows, and so do the costs rescaled from timed forwards."""
+    from frspec.decode.cost_calibration import recalibrated
+
+    short = {1: 0.062, 2: 0.069, 3: 0.082, 4: 0.094, 5: 0.174, 7: 0.180}
+    long = {1: 0.076, 2: 0.078, 4: 0.100, 7: 0.188}
+    costs = StepCosts(dict(short), {1: 0.024}, {SIZES[-1]: {1: 0.005}}, full_size=SIZES[-1], context=128,
+                      target_by_context={128: short, 512: long}, draft_base_by_context={128: {1: 0.024}, 512: {1: 0.026}})
+    share = (0.174 - 0.094) / (0.180 - 0.094)
+    assert costs.target(5, 512) == pytest.approx(0.100 + (0.188 - 0.100) * share)  # 0.182, not the line's 0.129
+    assert costs.target(3, 512) == pytest.approx(0.078 + (0.100 - 0.078) * (0.082 - 0.069) / (0.094 - 0.069))
+    assert costs.target(6, 512) == pytest.approx(0.100 + (0.188 - 0.100) * (0.177 - 0.094) / (0.180 - 0.094))
+    assert costs.target(4, 512) == 0.100 and costs.target(9, 512) > 0.188  # measured; beyond: extrapolated
+    assert costs.target(5, 320) == pytest.approx((costs.target(5, 128) + costs.target(5, 512)) / 2)
+    # Rescaled by timed forwards (5 rows timed as the table has them): the 5-row entry the rescaling adds to every
+    # context's table is read along that shape too.
+    scaled = recalibrated(costs, {1: 1.0, 5: 1.0}, None, target_forwards=64, draft_steps=0)
+    assert 5 in scaled.target_by_context[512]
+    assert scaled.target(5, 512) == pytest.approx(costs.target(5, 512))
+
+
 def test_at_a_long_context_where_extra_rows_are_dear_it_stops_drafting():
     settings = ControllerSettings(sizes=SIZES)
     short = drafted_depths(simulate(settings, DEARER_ROWS_WHEN_LONG, lambda i, t: 128, agree=0.9)[50:])

@@ -191,8 +191,8 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
     after (those the models' positions allow)."""
     contexts = usable_contexts(contexts, [target, drafter.weights], max_rows + new_tokens + 8)
     rows = sorted({n for n in (1, 2, 3, 4, 5, 7, 9, 12, 16) if n < max_rows} | {max_rows})
-    # Every row count at the shortest context; at the longer ones 1, 2, the middle and the most (interpolated in
-    # between), which keeps the one-time measurement short.
+    # Every row count at the shortest context; at the longer ones 1, 2, the middle and the most (in between, the
+    # shortest context's shape: step_costs.interpolate_like), which keeps the one-time measurement short.
     later = sorted({1, min(2, max_rows), (max_rows + 1) // 2, max_rows})
     target_by_context = measure_row_costs_by_context(target, rows, contexts, repeats=3, warmup=1,
                                                      later_rows=later)
