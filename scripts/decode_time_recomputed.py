@@ -32,7 +32,8 @@ def main() -> None:
     args = parser.parse_args()
     for path in args.results:
         generations = json.loads(path.read_text())["generations"]
-        vanilla_prefill = {g["prompt_id"]: g["stats"]["prefill_time_s"] for g in generations if g["method"] == "vanilla"}
+        vanilla_prefill = {g["prompt_id"]: g["stats"]["prefill_time_s"]
+                           for g in generations if g["method"] == "vanilla"}
         if not vanilla_prefill:
             raise SystemExit(f"{path}: no vanilla row to take the target's prefill from")
         # (dataset, method) -> [decode tokens, decode seconds as published, decode seconds with the drafter's prefill]

@@ -101,7 +101,8 @@ def test_a_row_count_a_longer_context_lacks_follows_the_shortest_contexts_shape(
     short = {1: 0.062, 2: 0.069, 3: 0.082, 4: 0.094, 5: 0.174, 7: 0.180}
     long = {1: 0.076, 2: 0.078, 4: 0.100, 7: 0.188}
     costs = StepCosts(dict(short), {1: 0.024}, {SIZES[-1]: {1: 0.005}}, full_size=SIZES[-1], context=128,
-                      target_by_context={128: short, 512: long}, draft_base_by_context={128: {1: 0.024}, 512: {1: 0.026}})
+                      target_by_context={128: short, 512: long},
+                      draft_base_by_context={128: {1: 0.024}, 512: {1: 0.026}})
     share = (0.174 - 0.094) / (0.180 - 0.094)
     assert costs.target(5, 512) == pytest.approx(0.100 + (0.188 - 0.100) * share)  # 0.182, not the line's 0.129
     assert costs.target(3, 512) == pytest.approx(0.078 + (0.100 - 0.078) * (0.082 - 0.069) / (0.094 - 0.069))

@@ -333,8 +333,8 @@ class SpeculativeGenerator:
             # down every drafting cost, the next prompt's whole prefill too (measured on long-input QA: a 0.64 scale
             # after a windowed request, and a 4,117-token prefill, 11.5 s in the table, estimated at 7.4 s; it took
             # 13.8 s).
-            timed.add_draft(step_shape(self.controller, step.drafted_depth), plan.size, context - self.drafter.skipped, behind,
-                            self.drafter.time_s - drafting_before)
+            timed.add_draft(step_shape(self.controller, step.drafted_depth), plan.size, context - self.drafter.skipped,
+                            behind, self.drafter.time_s - drafting_before)
         ranks = vocab.ranks(step.tokens).tolist() if isinstance(vocab, RankedVocab) else None
         expected = drawn = None
         if step.drafted_depth:

@@ -216,12 +216,14 @@ def interpolate_like(costs: Mapping[int, float], n: int, shape: Mapping[int, flo
         return costs[n]
     below = [x for x in costs if x < n]
     above = [x for x in costs if x > n]
-    if below and above:
+    if below and above and shape:
         lo, hi = max(below), min(above)
-        span = interpolate(shape, hi) - interpolate(shape, lo)
-        if shape and min(shape) <= lo and hi <= max(shape) and span > 0:
-            share = min(max((interpolate(shape, n) - interpolate(shape, lo)) / span, 0.0), 1.0)
-            return costs[lo] + (costs[hi] - costs[lo]) * share
+        if min(shape) <= lo and hi <= max(shape):
+            base = interpolate(shape, lo)
+            span = interpolate(shape, hi) - base
+            if span > 0:
+                share = min(max((interpolate(shape, n) - base) / span, 0.0), 1.0)
+                return costs[lo] + (costs[hi] - costs[lo]) * share
     return interpolate(costs, n)
 
 
