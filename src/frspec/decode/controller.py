@@ -591,7 +591,13 @@ def observe(state: ControllerState, plan: Plan, accepted: int, token_ranks: Sequ
         state.agreed.extend([0.0] * grow)
         state.squared.extend([0.0] * grow)
     counts = _outcomes(plan, accepted, ranks) if expected is None else list(expected[:plan.depth])
-    for i, (agreed, tried) in enumerate(counts):
+    # Every position's evidence ages with each drafting step, reached or not. Aged only when reached, a position the
+    # chain stops short of keeps its old evidence at full weight, and that evidence is what stops the chain there:
+    # measured on a Spanish prompt (int4 pair, 256 tokens), one rejection at the second position in the third step
+    # held its estimate at 0.80 for the next 130 steps while the first position's rose to 0.997, and `auto`
+    # drafted one token a step where chains of 3 were all accepted (0.91x the drafter without a map).
+    for i in range(len(state.tried)):
+        agreed, tried = counts[i] if i < len(counts) else (0.0, 0.0)
         state.agreed[i] = state.agreed[i] * DRAFT_DECAY + agreed
         state.tried[i] = state.tried[i] * DRAFT_DECAY + tried
         # One draft's agreement is agreed / tried, weighing `tried`: its square, weighed alike.
