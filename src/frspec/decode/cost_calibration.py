@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from frspec.decode.step_costs import StepCosts, interpolate, interpolate_like
+from frspec.decode.step_costs import StepCosts, fullest_table, interpolate, interpolate_like
 from frspec.decode.tree_shape import TreeShape
 from frspec.io import atomic_path
 
@@ -205,7 +205,7 @@ def recalibrated(reference: StepCosts, target_scales: dict[int, float], draft_sc
         return interpolate(target_scales, min(max(n, min(target_scales)), max(target_scales)))
 
     # A row count a context's table lacks reads as the reference reads it there: along the fullest table's shape.
-    fullest = max(reference.target_by_context.values(), key=len, default=reference.target_costs)
+    fullest = fullest_table(reference.target_costs, reference.target_by_context)
 
     def target(table: dict[int, float]) -> dict[int, float]:
         return {n: interpolate_like(table, n, fullest) * scale(n) for n in sorted(set(table) | set(target_scales))}

@@ -198,8 +198,15 @@ def _at_context(flat: Mapping[int, float], by_context: Mapping[int, Mapping[int,
     two row counts it has follows the fullest table's shape there (`interpolate_like`)."""
     if context is None or not by_context:
         return interpolate(flat, n)
-    fullest = max(by_context.values(), key=len)
+    fullest = fullest_table(flat, by_context)
     return interpolate({c: interpolate_like(per_rows, n, fullest) for c, per_rows in by_context.items()}, context)
+
+
+def fullest_table(flat: Mapping[int, float], by_context: Mapping[int, Mapping[int, float]]) -> Mapping[int, float]:
+    """The table whose shape a row count missing from a context's table follows (`interpolate_like`): the
+    per-context table that measures the most row counts (the shortest context's, decode/cost_measure.py), or `flat`
+    without per-context tables."""
+    return max(by_context.values(), key=len, default=flat)
 
 
 def interpolate_like(costs: Mapping[int, float], n: int, shape: Mapping[int, float]) -> float:
