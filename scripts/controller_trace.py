@@ -2,7 +2,8 @@
 
     python scripts/controller_trace.py TRACE.jsonl bench --quant int4 --mix mtbench,code,multilingual ...
 
-    request  a request starts: prompt tokens, how many of them the drafter's prefill reads (0: it never drafts)
+    request  a request starts: prompt tokens, how many of them the drafter's prefill reads (0: it never drafts),
+             the saving a token expected before its first step and the carried worth that scaled it
     choose   a step's plan (depth, map size, longest chain, rate, probe, timing) and what it was chosen from: each
              position's estimated agreement and the (decayed) drafts it rests on, each map size's coverage, the
              confidence bins' rates and drafts, every option's expected tokens per second, the step times read
@@ -65,7 +66,8 @@ def traced(log):
     def traced_drafter_prompt(self, control, prompt_tokens, max_new_tokens):
         tokens = drafter_prompt(self, control, prompt_tokens, max_new_tokens)
         if control is not None:
-            write({"event": "request", "prompt_tokens": prompt_tokens, "drafter_prompt": tokens})
+            write({"event": "request", "prompt_tokens": prompt_tokens, "drafter_prompt": tokens,
+                   "expected_saving": control.expected_saving, "worth": control.worth})
         return tokens
 
     engine.choose, engine.chain_rule, engine.observe = traced_choose, traced_chain_rule, traced_observe

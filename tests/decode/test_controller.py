@@ -352,6 +352,63 @@ def test_a_request_drafts_only_where_the_saving_expected_before_its_first_step_w
     assert prefill_tokens(LINEAR, 2000, 64, (256,), ControllerSettings(sizes=SIZES, depths=(3,))) == 2000
 
 
+def test_what_drafting_saved_on_earlier_requests_of_a_kind_scales_the_saving_a_prefill_is_weighed_against():
+    from frspec.decode.controller import (WORTH_DECAY, CarriedWorth, carry_worth, count_saving,
+                                          drafter_prefill_tokens, request_kind)
+
+    settings = ControllerSettings(sizes=SIZES)
+    mid = costs(lambda n: 0.3 + 0.12 * (n - 1))  # as above: 0.044 s a token expected at the prior; the drafter's
+    # prefill 0.81 s over 100 prompt tokens, 4.81 s over 600
+
+    def prefill_tokens(worth, prompt_tokens, max_new_tokens, windows=()):
+        return drafter_prefill_tokens(new_request(settings, worth=worth), mid, prompt_tokens, max_new_tokens,
+                                      windows)
+
+    def request(worth, saving_ratio, tokens=64, whole=True, prompt_tokens=600, max_new_tokens=64):
+        """A request whose steps saved `saving_ratio` times what was expected before its first step."""
+        state = new_request(settings, worth=worth)
+        drafter_prefill_tokens(state, mid, prompt_tokens, max_new_tokens)
+        state.saved_s, state.counted_tokens = saving_ratio * state.expected_saving * tokens, tokens
+        return carry_worth(worth, state, whole)
+
+    assert prefill_tokens(None, 600, 64) == 0  # 2.8 s expected against 4.81 s (the test above)
+    # A translation before it saved 3x what was expected (its drafts all accepted): worth (3 + 1) / (1 + 1) = 2,
+    # 5.6 s against 4.81 s: the whole prompt.
+    drafted_well = request(None, 3.0)
+    assert drafted_well.scale == pytest.approx(2.0)
+    assert prefill_tokens(drafted_well, 600, 64) == 600
+    # Requests that saved nothing (their drafts rejected, or their steps plain once the request learned it) lower it:
+    # 100 prompt tokens and 24 new ones, 1.06 s expected against 0.81 s, but half that after one such request.
+    assert prefill_tokens(None, 100, 24) == 100
+    drafted_badly = request(None, 0.0, prompt_tokens=100, max_new_tokens=24)
+    assert drafted_badly.scale == pytest.approx(0.5)
+    assert prefill_tokens(drafted_badly, 100, 24) == 0
+    # ... and never for good: every later request of the kind that does not draft ages it back toward the prior
+    # (scale 1 / (1 + 0.7^n) after n of them), so one of them drafts again: the fifth, once 0.7^n <= 0.30.
+    worth, waited = drafted_badly, 0
+    while prefill_tokens(worth, 100, 24) == 0:
+        worth, waited = carry_worth(worth, new_request(settings), whole_prompt=False), waited + 1
+    assert waited == 4 and worth.weight == pytest.approx(WORTH_DECAY ** 4)
+    # A windowed request's drafts say little of a whole prompt's: it only ages the worth. A short request weighs its
+    # share of WORTH_TOKENS; one ratio counts up to WORTH_MAX.
+    assert request(drafted_well, 0.0, whole=False) == CarriedWorth(3.0 * WORTH_DECAY, WORTH_DECAY)
+    assert request(None, 3.0, tokens=16) == CarriedWorth(0.75, 0.25)
+    assert request(None, 100.0).ratios == controller.WORTH_MAX
+    # Kinds split at PROMPT_CLASSES: a 60-token question and a 600-token translation carry apart.
+    assert request_kind(60) != request_kind(600) and request_kind(600) == request_kind(1300)
+
+    # What a step saved, at the costs: its emitted tokens' plain steps less its own time (a catch-up included); a
+    # plain step saves nothing and counts its token.
+    state = new_request(settings)
+    plain, two = mid.step_time_s(None), mid.step_time_s(TreeShape.chain(2), SIZES[-1])
+    count_saving(state, mid, 2, SIZES[-1], 3)
+    assert state.saved_s == pytest.approx(3 * plain - two) and state.counted_tokens == 3
+    count_saving(state, mid, 0, SIZES[-1], 1)
+    assert state.saved_s == pytest.approx(3 * plain - two) and state.counted_tokens == 4
+    count_saving(state, mid, 2, SIZES[-1], 1, behind=4)
+    assert state.saved_s == pytest.approx(4 * plain - 2 * two - mid.catch_up_s(5))
+
+
 def test_the_prompts_tokens_are_evidence_of_coverage_before_the_first_step():
     from frspec.decode.controller import PROMPT_TOKEN_WEIGHT, PROMPT_WINDOW, observe_prompt
 

@@ -16,6 +16,7 @@ import itertools
 import pytest
 import torch
 
+from frspec.decode import controller
 from frspec.decode import engine as _engine
 from frspec.decode.controller import Plan, _record
 from frspec.decode.step_costs import StepCosts
@@ -312,3 +313,40 @@ def test_a_request_starts_from_the_confidence_bins_its_generators_last_request_o
     assert second == (s0.confident_accepted, s0.confident_drafts)  # ... and the second started from them
     assert fourth == (s1.confident_accepted, s1.confident_drafts)  # the sampled request in between left them alone
     assert fifth == (s2.confident_accepted, s2.confident_drafts)
+
+
+def test_a_request_starts_from_what_drafting_saved_on_its_generators_earlier_requests_of_its_kind(
+        target, prompts_and_refs, monkeypatch):
+    """What drafting saved against what was expected before the first step (controller.carry_worth) carries from
+    request to request within a generator, one worth per sampling setting and class of prompt length, into the
+    drafter-prefill decision; greedy output stays the target's."""
+    prompts, refs = prompts_and_refs
+    given = []
+    real_new_request = _engine.new_request
+
+    def recorded(*args, **kwargs):
+        state = real_new_request(*args, **kwargs)
+        given.append((kwargs.get("worth"), state))
+        return state
+
+    monkeypatch.setattr(_engine, "new_request", recorded)
+    generator = build_generator(target, draft=noisy_copy(target, 0.05, seed=1), token_map=_ranking(),
+                                token_map_size="auto", costs=FLAT, recalibrate_costs=False)
+    long_prompt = torch.randint(0, VOCAB, (140,), generator=torch.Generator().manual_seed(4)).tolist()
+    hot = SamplingParams(temperature=1.0, seed=3)
+    requests = [(prompts[0], SamplingParams()), (prompts[1], SamplingParams()), (prompts[2], hot),
+                (long_prompt, SamplingParams()), (prompts[3], SamplingParams())]
+    for prompt, sampling in requests:
+        out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[], sampling=sampling)
+        if sampling.is_greedy:
+            assert out.token_ids == hf_greedy(target, prompt, NEW)
+    (first, s0), (second, s1), (third, _), (fourth, _), (fifth, _) = given
+    assert first is None and third is None and fourth is None  # nothing carried yet for that setting or length
+    # The first request drafted from its whole prompt; the steps' saving (at the costs) over its NEW - 1 stepped
+    # tokens, against the saving expected before its first step, is the second's worth.
+    assert s0.expected_saving > 0 and s0.counted_tokens == NEW - 1
+    assert second.weight == pytest.approx(min((NEW - 1) / controller.WORTH_TOKENS, 1.0))
+    assert second.ratios / second.weight == pytest.approx(s0.saved_s / s0.counted_tokens / s0.expected_saving)
+    assert s1.worth == pytest.approx(second.scale)
+    # The sampled request and the long prompt's (another kind each) left the short greedy prompts' worth alone.
+    assert fifth == controller.carry_worth(second, s1, whole_prompt=True)

@@ -56,7 +56,9 @@ what drafting is expected to save over its tokens, at its estimates before the f
 prefill over the prompt (`drafter_prefill_tokens`): once paid, that prefill is sunk, so it is weighed at the
 estimate, not at the upper bound exploration uses. Where the whole prompt's prefill would not be won back, a draft
 model may read only a window of it (its start and its last tokens, decode/draft_model.py): a cheaper prefill for a
-drafter that sees less, taken where drafting wins that back.
+drafter that sees less, taken where drafting wins that back. The estimate before the first step rests on one prior
+acceptance for every request, so what drafting then saved, against what was expected, carries to the next requests
+of the kind (sampling settings and the class of the prompt's length) and scales their expectation (`carry_worth`).
 
 The machine's costs are a table measured once (decode/step_costs.py); the engine rescales it from its own timed
 forwards between requests (decode/cost_calibration.py). A row count timed fewer than
@@ -150,10 +152,37 @@ LOOKAHEAD = 2
 # The context a step's costs are read at is rounded to this many tokens (costs move little within it; the step
 # times are then computed once per such stretch of a request, not every step).
 CONTEXT_STEP = 32
+# What drafting saved on a request, against what it was expected to save before its first step (at the prior), is
+# carried to the next requests of its kind and scales that expectation (`CarriedWorth`): each later request of the
+# kind keeps this share of an earlier one's weight, the prior (1: as expected) weighs as one request, one request's
+# ratio counts up to WORTH_MAX, and a request weighs its emitted tokens over WORTH_TOKENS, up to 1.
+WORTH_DECAY = 0.7
+WORTH_MAX = 4.0
+WORTH_TOKENS = 64
+# A request's kind, for the carried worth: its sampling settings and the class of its prompt's length, split at these
+# token counts. Measured (int4 pair, AVX512 EPYC, 256 tokens, docs/benchmarks.md): drafting saved 1.03x what the
+# prior expected on MT-Bench's 51-61-token questions, 1.55-2.12x on code files of 1,005-1,309 tokens and 2.5-3.2x on
+# translations of 612-638 tokens: requests whose answers draw on a long prompt are drafted better.
+PROMPT_CLASSES = (128, 512, 2048)
 
 
 # Per CONFIDENCE_EDGES bin: decayed acceptance of the drafts drawn at that draft probability, and decayed drafts.
 ConfidenceBins = tuple[list[float], list[float]]
+
+
+@dataclass(frozen=True)
+class CarriedWorth:
+    """What drafting saved on earlier requests of one kind against what was expected before their first steps
+    (`carry_worth`): decayed sums of each request's ratio and weight."""
+
+    ratios: float = 0.0
+    weight: float = 0.0
+
+    @property
+    def scale(self) -> float:
+        """The ratio the next request's expected saving is scaled by: the requests', shrunk towards 1 (as expected),
+        which weighs as one request."""
+        return (self.ratios + 1.0) / (self.weight + 1.0)
 
 
 @dataclass(frozen=True)
@@ -251,6 +280,13 @@ class ControllerState:
     confident_accepted: list[float] = field(default_factory=lambda: [0.0] * (len(CONFIDENCE_EDGES) + 1))
     confident_drafts: list[float] = field(default_factory=lambda: [0.0] * (len(CONFIDENCE_EDGES) + 1))
     confidences: list[float] = field(default_factory=list)  # this step's drafted tokens' draft probabilities
+    # The drafter-prefill decision's scale for the expected saving (earlier requests' CarriedWorth.scale); what was
+    # expected per token before the first step, unscaled (None: not weighed); and, step by step, what the steps saved
+    # at the costs against plain steps, over how many tokens (`count_saving`).
+    worth: float = 1.0
+    expected_saving: float | None = None
+    saved_s: float = 0.0
+    counted_tokens: int = 0
 
     def confident_acceptance(self, probability: float) -> float:
         """How often a draft drawn at this draft probability is accepted: its bin's rate, shrunk towards the
@@ -302,14 +338,16 @@ class ControllerState:
 
 def new_request(settings: ControllerSettings, coverage_prior: dict[int, float] | None = None,
                 seed: int | None = None, timed_rows: dict[int, int] | None = None,
-                confidence: ConfidenceBins | None = None) -> ControllerState:
+                confidence: ConfidenceBins | None = None, worth: CarriedWorth | None = None) -> ControllerState:
     """A fresh state for one request; `coverage_prior[k]` is the ranking corpus's coverage at k (default 1);
     `timed_rows`: the timed target forwards per row count the costs rest on (cost_calibration.StepTimings), with
     recalibration on; `confidence`: the confidence bins earlier requests left (`carried_confidence`), as decayed
-    counts to go on from (None: empty bins)."""
+    counts to go on from (None: empty bins); `worth`: what drafting saved on earlier requests of this kind against
+    what was expected (`carry_worth`; None: nothing carried, the expectation stands)."""
     rng = random.Random(0 if seed is None else seed)
     state = ControllerState(settings, dict(coverage_prior or {}), rng=rng,
-                            timed_rows=None if timed_rows is None else dict(timed_rows))
+                            timed_rows=None if timed_rows is None else dict(timed_rows),
+                            worth=1.0 if worth is None else worth.scale)
     if confidence is not None:
         accepted, drafts = confidence
         if len(accepted) != len(state.confident_accepted) or len(drafts) != len(state.confident_drafts):
@@ -415,7 +453,13 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
 
     Won back: the seconds the best draft is expected to save over its `max_new_tokens` (a token's expected time,
     plain against the best draft, at this fresh `state`'s estimates: the acceptance prior, the corpus's coverage and
-    the prompt's evidence, averaged over the request's contexts) exceed the drafter's prefill over those tokens.
+    the prompt's evidence, averaged over the request's contexts; recorded as `state.expected_saving`), scaled by what
+    drafting saved on earlier requests of this kind against that expectation (`state.worth`, `carry_worth`), exceed
+    the drafter's prefill over those tokens. The prior is one acceptance for every request, where a translation's
+    drafts are accepted 0.95 of the time and a chat answer's 0.6-0.7: at the prior alone, a German prompt of 612
+    tokens fell just short of its whole prefill, read a 256-token window instead, was drafted poorly from it and
+    ran 0.80x the drafter without a map (int4 pair, 256 tokens), where code and translations before it had saved
+    1.5-3x what the prior expected.
     Not at acceptance's upper bound, as exploration is: a wrong exploratory draft costs one step, a wrong prefill is
     sunk. (Measured on the AVX512 EPYC with the int4 pair, 64 tokens after a 1,005-token code prompt: drafting could
     save 4.3 s at best and 2.3 s at the prior, the drafter's prefill was estimated at 4.4 s and took 5.7 s, and the
@@ -435,10 +479,48 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
             return 0
         best = max(drafting)
         saved += max(1.0 / plain - 1.0 / best, 0.0) / len(contexts)
+    state.expected_saving = saved
     for tokens in [prompt_tokens, *sorted((w for w in windows if w < prompt_tokens), reverse=True)]:
-        if saved * max_new_tokens > costs.draft_base(1, tokens) + costs.catch_up_s(tokens, tokens):
+        if saved * state.worth * max_new_tokens > costs.draft_base(1, tokens) + costs.catch_up_s(tokens, tokens):
             return tokens
     return 0
+
+
+def count_saving(state: ControllerState, costs: StepCosts, drafted: int, size: int, emitted: int,
+                 context: int | None = None, behind: int = 0) -> None:
+    """Add what one step saved against plain steps, at the costs the controller chose by (not the clock's: a
+    request's few seconds of noise would swamp it): `emitted` plain steps' time less the step's, a draft of
+    `drafted` tokens over `size` rows (0: a plain step, which saves nothing) at `context`, after catching the
+    drafter up over `behind` tokens."""
+    context = _rounded(context)
+    if drafted:
+        spent = _step_time(state, costs, drafted, size, context)
+        if behind:
+            spent += costs.catch_up_s(1 + behind, context)
+        state.saved_s += emitted * _step_time(state, costs, 0, state.settings.sizes[-1], context) - spent
+    state.counted_tokens += emitted
+
+
+def carry_worth(previous: CarriedWorth | None, state: ControllerState, whole_prompt: bool) -> CarriedWorth:
+    """The worth the next request of this one's kind starts from: `previous` aged by a request, plus this one's
+    ratio of the saving per token its steps made (`count_saving`) to the one expected before its first step, where
+    it drafted from its whole prompt (a window's drafts are accepted differently: measured 0.44-0.50 against
+    0.86-0.92 on long-input QA). A request that did not draft only ages it, so after a stretch of plain requests
+    the expectation is back to the prior's and a later request tries drafting again: a worth that fell too low to
+    prefill any request could otherwise never be corrected."""
+    previous = previous or CarriedWorth()
+    ratios, weight = previous.ratios * WORTH_DECAY, previous.weight * WORTH_DECAY
+    expected = state.expected_saving
+    if whole_prompt and expected is not None and expected > 0 and state.counted_tokens:
+        ratio = min(max(state.saved_s / state.counted_tokens / expected, 0.0), WORTH_MAX)
+        share = min(state.counted_tokens / WORTH_TOKENS, 1.0)
+        ratios, weight = ratios + share * ratio, weight + share
+    return CarriedWorth(ratios, weight)
+
+
+def request_kind(prompt_tokens: int) -> int:
+    """The class of a prompt's length a request's worth is carried under (PROMPT_CLASSES)."""
+    return bisect.bisect_right(PROMPT_CLASSES, prompt_tokens)
 
 
 def request_contexts(costs: StepCosts, prompt_tokens: int, max_new_tokens: int) -> list[int]:

@@ -14,8 +14,9 @@ import torch
 
 from frspec.decode.acceptance import chain_acceptance
 from frspec.decode.controller import (
-    PROMPT_WINDOW, ConfidenceBins, ControllerSettings, ControllerState, Plan, carried_confidence, chain_rule, choose,
-    drafter_prefill_tokens, new_request, observe, observe_prompt, speculation_can_pay, step_shape, target_rows,
+    PROMPT_WINDOW, CarriedWorth, ConfidenceBins, ControllerSettings, ControllerState, Plan, carried_confidence,
+    carry_worth, chain_rule, choose, count_saving, drafter_prefill_tokens, new_request, observe, observe_prompt,
+    request_kind, speculation_can_pay, step_shape, target_rows,
 )
 from frspec.decode.cost_calibration import StepTimings, save_timings
 from frspec.decode.drafter import Drafter
@@ -143,6 +144,9 @@ class SpeculativeGenerator:
         # The controller's confidence bins per sampling setting (greedy, or temperature/top-k/top-p: they change
         # what a drafted token's probability is), carried from request to request (controller.carried_confidence).
         self.confidence: dict[tuple, ConfidenceBins] = {}
+        # What drafting saved against what was expected before the first step, per sampling setting and class of
+        # prompt length, carried from request to request into the drafter-prefill decision (controller.carry_worth).
+        self.worth: dict[tuple, CarriedWorth] = {}
 
     @property
     def method(self) -> str:
@@ -264,6 +268,9 @@ class SpeculativeGenerator:
         self._recalibrate(timed)
         if control is not None:
             self.confidence[_confidence_key(request.sampling)] = carried_confidence(control)
+            key = _worth_key(request.sampling, len(request.prompt_ids))
+            whole = drafter_prompt == len(request.prompt_ids)
+            self.worth[key] = carry_worth(self.worth.get(key), control, whole)
         stats.tokens = len(generated)
         stats.decode_tokens = max(len(generated) - 1, 0)
         if stream:
@@ -304,7 +311,8 @@ class SpeculativeGenerator:
             prior = {k: vocab.coverage(k) for k in self.controller.sizes}
         state = new_request(self.controller, prior, sampling.seed,
                             None if self.timings is None else self.timings.samples(),
-                            self.confidence.get(_confidence_key(sampling)))
+                            self.confidence.get(_confidence_key(sampling)),
+                            worth=self.worth.get(_worth_key(sampling, len(prompt_ids))))
         # Where the prompt's tokens lie in the ranking: the first evidence of coverage. Not with context rows: they
         # are the prompt's own tokens, so the prompt says nothing of what lies beyond them.
         if isinstance(vocab, RankedVocab) and not vocab.extra_rows:
@@ -343,6 +351,7 @@ class SpeculativeGenerator:
                 inside = vocab.ranks(torch.arange(vocab.vocab_size)) < plan.size
             expected, drawn = chain_acceptance(step.tree, step.target_logits, step.path, state.sampling, inside)
         observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks, expected, drawn)
+        count_saving(control, self.costs, step.drafted_depth, plan.size, len(step.tokens), context, behind)
         stats.record_choice(step.drafted_depth, plan.size)
         return step
 
@@ -392,6 +401,11 @@ class SpeculativeGenerator:
 def _confidence_key(sampling: SamplingParams) -> tuple:
     """The sampling settings whose requests share confidence bins."""
     return ("greedy",) if sampling.is_greedy else (sampling.temperature, sampling.top_k, sampling.top_p)
+
+
+def _worth_key(sampling: SamplingParams, prompt_tokens: int) -> tuple:
+    """The requests that share a carried worth: one sampling setting, one class of prompt length."""
+    return (*_confidence_key(sampling), request_kind(prompt_tokens))
 
 
 def _check_controller(settings: ControllerSettings, costs: StepCosts | None, drafter: Drafter) -> TreeShape:
