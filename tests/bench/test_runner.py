@@ -132,6 +132,35 @@ def test_repeats_run_rounds_of_all_methods_and_keep_each_methods_median_run(tiny
         run_benchmark(target, draft, tok, prompts, methods, {}, max_new_tokens=4, progress=False, repeats=0)
 
 
+def test_every_round_of_a_prompt_starts_from_what_the_prompts_before_it_left_the_generator(tiny_dirs, monkeypatch):
+    """What a controller carries between requests (confidence bins, worth) is restored before each round: a later
+    round must not start from what the same prompt's earlier round taught it."""
+    import frspec.bench.runner as runner
+    from frspec.decode.controller import CarriedWorth
+
+    target, draft, tok = _load(tiny_dirs)
+    methods = [Method(VANILLA), DRAFT_2]
+    prompts = _prompts(tok)[:2]
+    real_generate = runner._generate
+    started = []  # (prompt, generator, what it carried at the start of the run)
+
+    def leaving_a_mark(generator, prompt_ids, max_new_tokens, sampling, device):
+        started.append((tuple(prompt_ids), id(generator), generator.carried()))
+        out = real_generate(generator, prompt_ids, max_new_tokens, sampling, device)
+        marks = generator.worth.get("runs", CarriedWorth()).weight
+        generator.worth = {**generator.worth, "runs": CarriedWorth(0.0, marks + 1)}  # this run was here
+        return out
+
+    monkeypatch.setattr(runner, "_generate", leaving_a_mark)
+    run_benchmark(target, draft, tok, prompts, methods, {}, max_new_tokens=6, progress=False, repeats=3)
+
+    for g in {g for _, g, _ in started}:
+        runs = [(p, carried[1]["runs"].weight if "runs" in carried[1] else 0) for p, gid, carried in started
+                if gid == g]
+        # The warm-up, then three rounds of each prompt: every round of a prompt starts where its first did.
+        assert [n for _, n in runs] == [0, 1, 1, 1, 2, 2, 2]
+
+
 def test_divergence_records_position_and_target_margin(tiny_dirs):
     target, _, tok = _load(tiny_dirs)
     (pid, ids), = _prompts(tok)[:1]

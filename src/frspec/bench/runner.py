@@ -9,7 +9,8 @@ Fairness rules, so that differences in the table come from the methods and not f
   - with `repeats` R > 1, each prompt runs R rounds of all methods (the starting method rotating from round to
     round too) and each method keeps its run of median decode time on that prompt: a VM's timings drift 10-20%
     within minutes (two runs of one prompt making the same choices measured 4.4 and 5.4 tokens/s), and one slow
-    spell then moves a method's median, not its total;
+    spell then moves a method's median, not its total. Every round of a prompt starts from what the controller
+    carried from the prompts before it, not from what the prompt's own earlier rounds left;
   - quantized rows (int4/int8 copies of the target and draft) and the llama.cpp peer row are interleaved with the
     others in the same loop, so every row sees the same prompts and the same machine.
 """
@@ -251,10 +252,16 @@ def run_benchmark(
                 sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed + i
             )
             runs: dict[Method, list] = {}  # in the first round's order
+            # What a controller carries from request to request (engine.SpeculativeGenerator.carried), as the
+            # prompts before this one left it: every round starts from it, so a later round does not start from what
+            # this prompt's own earlier round taught it (a workload does not repeat its prompts).
+            carried = {m: generators[m].carried() for m in methods if hasattr(generators[m], "carried")}
             for r in range(repeats):
                 start_at = (i + r) % len(methods)
                 for m in methods[start_at:] + methods[:start_at]:
                     bar.set_postfix_str(f"{prompt_id} {m.label}" + (f" round {r + 1}" if repeats > 1 else ""))
+                    if m in carried:
+                        generators[m].carry_from(carried[m])
                     runs.setdefault(m, []).append(_generate(generators[m], prompt_ids, max_new_tokens, params, device))
                     bar.update(max_new_tokens)
             for m, outs in runs.items():

@@ -148,6 +148,16 @@ class SpeculativeGenerator:
         # prompt length, carried from request to request into the drafter-prefill decision (controller.carry_worth).
         self.worth: dict[tuple, CarriedWorth] = {}
 
+    def carried(self) -> tuple[dict, dict]:
+        """What this generator's requests carry to its next ones (confidence bins, worth), as a copy to go back to
+        with `carry_from`: a benchmark that runs one prompt several times gives each run what came before the
+        first, not what the prompt itself left."""
+        return dict(self.confidence), dict(self.worth)
+
+    def carry_from(self, carried: tuple[dict, dict]) -> None:
+        """Go on from what `carried` held (its values are not changed in place: a request replaces its entry)."""
+        self.confidence, self.worth = dict(carried[0]), dict(carried[1])
+
     @property
     def method(self) -> str:
         """"vanilla", "draft" or "fr-spec" (a drafter with a token map); "eagle" or "eagle+fr-spec" for EAGLE;
