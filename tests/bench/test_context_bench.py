@@ -71,7 +71,7 @@ def test_cli_bench_context_rows_end_to_end_in_fp64(tiny_dirs, tmp_path, capsys):
     payload = json.loads((out / "results.json").read_text())
     rows = {r["label"]: r for r in payload["rows"]}
     assert list(rows) == ["vanilla", "draft k=3", "fr-spec k=3 map=64", "fr-spec k=3 map=64 +ctx=8 fixed",
-                          "fr-spec k=3 map=64 +ctx=8 additive", "fr-spec auto (maps <= 64)"]
+                          "fr-spec k=3 map=64 +ctx=8 additive", "fr-spec auto (maps <= 64 or none)"]
     assert all(r["greedy_identical"] in ("yes", "reference") for r in rows.values())
     ctx = rows["fr-spec k=3 map=64 +ctx=8 fixed"]
     assert ctx["context_rows"] == 8 and ctx["context_budget"] == "fixed" and ctx["speedup_vs_static_map"] > 0

@@ -120,11 +120,12 @@ def test_cli_eagle_on_its_own_target_gets_its_own_table_and_vanilla(tiny_dirs, t
     main_t, eagle_t = str(target_dir), str(draft_dir)
     assert labels == [
         (main_t, "vanilla"), (main_t, "draft k=2"), (main_t, "fr-spec k=2 map=16"),
-        (main_t, "draft static-2x2"), (main_t, "fr-spec static-2x2 map=16"), (main_t, "fr-spec auto (maps <= 16)"),
+        (main_t, "draft static-2x2"), (main_t, "fr-spec static-2x2 map=16"),
+        (main_t, "fr-spec auto (maps <= 16 or none)"),
         (eagle_t, "vanilla"), (eagle_t, "eagle chain-2"), (eagle_t, "eagle+fr-spec chain-2 map=64"),
-        (eagle_t, "eagle+fr-spec chain-2 map=auto (maps <= 64)"),
+        (eagle_t, "eagle+fr-spec chain-2 map=auto (maps <= 64 or none)"),
         (eagle_t, "eagle dynamic-3x2x4"), (eagle_t, "eagle+fr-spec dynamic-3x2x4 map=64"),
-        (eagle_t, "eagle+fr-spec dynamic-3x2x4 map=auto (maps <= 64)"),
+        (eagle_t, "eagle+fr-spec dynamic-3x2x4 map=auto (maps <= 64 or none)"),
     ]
     assert all(r["greedy_identical"] in ("yes", "reference") for r in payload["rows"])
     # Speedups of EAGLE rows are against the EAGLE target's own vanilla.
@@ -164,7 +165,7 @@ def test_cli_default_head_on_the_main_target_shares_its_table(tiny_dirs, tmp_pat
     assert code == 0
     payload = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [r["label"] for r in payload["rows"]] == ["vanilla", "eagle static-2x2", "eagle+fr-spec static-2x2 map=16",
-                                                     "eagle+fr-spec static-2x2 map=auto (maps <= 16)"]
+                                                     "eagle+fr-spec static-2x2 map=auto (maps <= 16 or none)"]
     assert all(r["greedy_identical"] in ("yes", "reference") for r in payload["rows"])
     assert payload["meta"]["eagle_head_dir"] == str(head) and len(payload["meta"]["sections"]) == 1
 
@@ -244,8 +245,8 @@ def test_cli_mtp_rows_are_labelled_mtp_and_equal_vanilla(tiny_dirs, tmp_path, ca
     payload = json.loads((tmp_path / "out" / "results.json").read_text())
     rows = {r["label"]: r for r in payload["rows"]}
     assert list(rows) == [
-        "vanilla", "mtp chain-2", "mtp+fr-spec chain-2 map=64", "mtp+fr-spec chain-2 map=auto (maps <= 64)",
-        "mtp static-2x2", "mtp+fr-spec static-2x2 map=64", "mtp+fr-spec static-2x2 map=auto (maps <= 64)"]
+        "vanilla", "mtp chain-2", "mtp+fr-spec chain-2 map=64", "mtp+fr-spec chain-2 map=auto (maps <= 64 or none)",
+        "mtp static-2x2", "mtp+fr-spec static-2x2 map=64", "mtp+fr-spec static-2x2 map=auto (maps <= 64 or none)"]
     assert {r["target"] for r in payload["rows"]} == {str(mtp_dir)} and len(payload["meta"]["sections"]) == 1
     assert all(r["greedy_identical"] == "yes" for label, r in rows.items() if label != "vanilla")
     assert rows["mtp chain-2"]["method"] == "mtp" and rows["mtp+fr-spec static-2x2 map=64"]["method"] == "mtp+fr-spec"

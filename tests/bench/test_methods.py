@@ -91,7 +91,7 @@ def test_mtp_rows_are_head_rows_of_their_own_kind():
     methods = plan_methods([3], [8], has_draft=False, eagle_tree_shapes=[TreeShape.static(2, 2)],
                            eagle_token_map_sizes=[16], auto=True, head_kind=MTP)
     assert [m.label for m in methods] == ["vanilla", "mtp static-2x2", "mtp+fr-spec static-2x2 map=16",
-                                          "mtp+fr-spec static-2x2 map=auto (maps <= 16)"]
+                                          "mtp+fr-spec static-2x2 map=auto (maps <= 16 or none)"]
     assert all(m.uses_eagle for m in methods[1:])  # drafted from the target's hidden states, in the head slot
     assert methods[2].same_drafter_without_frspec == Method(MTP, 2, tree=TreeShape.static(2, 2))
     assert methods[3].kind == MTP_FRSPEC and methods[3].auto

@@ -117,7 +117,8 @@ def test_the_int4_auto_row_is_lossless_on_costs_measured_for_the_int4_pair(tiny_
 
     prompts = [(f"p{i}", encode_prompt(tok, t)) for i, t in enumerate(["Write a travel story.", "Why a fox?"])]
     methods = plan_methods([2], [16], auto=True) + plan_methods([2], [16], quant="int4", auto=True)
-    assert [m.label for m in methods if m.auto] == ["fr-spec auto (maps <= 16)", "int4 fr-spec auto (maps <= 16)"]
+    assert [m.label for m in methods if m.auto] == ["fr-spec auto (maps <= 16 or none)",
+                                                    "int4 fr-spec auto (maps <= 16 or none)"]
     result = run_benchmark(target, draft, tok, prompts, methods, maps, max_new_tokens=10, progress=False,
                            quantized={"int4": quantized})
     assert result.divergences == []
@@ -168,9 +169,9 @@ def test_cli_quick_on_cpu_has_int4_rows_cost_curve_and_notes_missing_llamacpp(ti
     payload = json.loads((out / "results.json").read_text())
     labels = [r["label"] for r in payload["rows"]]
     k = payload["meta"]["sections"][0]["quant_num_spec_tokens"]["int4"][0]  # chosen from the measured curve
-    assert labels == ["vanilla", "draft k=3", "fr-spec k=3 map=16", "fr-spec auto (maps <= 16)",
+    assert labels == ["vanilla", "draft k=3", "fr-spec k=3 map=16", "fr-spec auto (maps <= 16 or none)",
                       "int4 vanilla", f"int4 draft k={k}", f"int4 fr-spec k={k} map=64",
-                      "int4 fr-spec auto (maps <= 64)"]
+                      "int4 fr-spec auto (maps <= 64 or none)"]
     assert all(r["greedy_identical"] in ("yes", "reference") for r in payload["rows"])
     curves = payload["row_costs_s"]
     assert list(curves) == ["float32", "int8", "int4"] and all(list(c) == ["1", "2", "3"] for c in curves.values())

@@ -215,7 +215,7 @@ def test_cli_bench_end_to_end(tiny_dirs, tmp_path, capsys):
     payload = json.loads((out / "results.json").read_text())
     labels = [r["label"] for r in payload["rows"]]
     assert labels == ["vanilla", "draft k=1", "fr-spec k=1 map=16", "fr-spec k=1 map=64",
-                      "draft k=3", "fr-spec k=3 map=16", "fr-spec k=3 map=64", "fr-spec auto (maps <= 64)"]
+                      "draft k=3", "fr-spec k=3 map=16", "fr-spec k=3 map=64", "fr-spec auto (maps <= 64 or none)"]
     assert all(r["greedy_identical"] in ("yes", "reference") for r in payload["rows"])
     auto = payload["rows"][-1]
     assert auto["auto_vs_best_static"] > 0 and auto["best_static"] in labels[:-1]
@@ -224,9 +224,9 @@ def test_cli_bench_end_to_end(tiny_dirs, tmp_path, capsys):
     assert meta["prompt_ids"] == ["mtbench-81", "mtbench-121"]  # MT-Bench writing and coding: spread out
     assert meta["machine"]["cores"] and meta["commit"]
     # The auto row's step costs travel with the results (and the report names them).
-    costs = meta["sections"][0]["controller_costs"]["fr-spec auto (maps <= 64)"]
+    costs = meta["sections"][0]["controller_costs"]["fr-spec auto (maps <= 64 or none)"]
     assert costs["target_costs"]["1"] > 0 and costs["provenance"]
-    assert "- `fr-spec auto (maps <= 64)` chose by step costs" in (out / "results.md").read_text()
+    assert "- `fr-spec auto (maps <= 64 or none)` chose by step costs" in (out / "results.md").read_text()
     assert len(payload["generations"]) == 2 * 8
     for name in ("results.csv", "results.md", "throughput_vs_map_size.png", "acceptance_vs_map_size.png"):
         assert (out / name).stat().st_size > 0
@@ -253,9 +253,9 @@ def test_cli_token_map_files_set_the_sizes(tiny_dirs, tmp_path):
     k = payload["meta"]["sections"][0]["quant_num_spec_tokens"]["int4"][0]
     # --quick on a CPU adds the int4 rows; the file's map serves them too.
     assert [r["label"] for r in payload["rows"]] == ["vanilla", "draft k=3", "fr-spec k=3 map=32",
-                                                     "fr-spec auto (maps <= 32)", "int4 vanilla",
+                                                     "fr-spec auto (maps <= 32 or none)", "int4 vanilla",
                                                      f"int4 draft k={k}", f"int4 fr-spec k={k} map=32",
-                                                     "int4 fr-spec auto (maps <= 32)"]
+                                                     "int4 fr-spec auto (maps <= 32 or none)"]
 
 
 @pytest.mark.parametrize(
@@ -299,7 +299,7 @@ def test_auto_rows_share_one_ranked_head_with_the_static_rows_and_stay_lossless(
     maps = {k: TokenMap.from_counts(counts, top_k=k) for k in (16, 64)}
     methods = plan_methods([2], [16, 64], auto=True)
     auto = methods[-1]
-    assert auto.auto and auto.label == "fr-spec auto (maps <= 64)" and auto.token_map_size == 64
+    assert auto.auto and auto.label == "fr-spec auto (maps <= 64 or none)" and auto.token_map_size == 64
     generators = _build_generators(methods, target, draft, None, tok, maps)
     head = generators[auto].drafter
     assert hasattr(head.vocab, "set_size") and generators[auto].controller is not None

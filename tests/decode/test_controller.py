@@ -285,6 +285,8 @@ def test_catching_up_costs_the_drafters_extra_rows():
     # Measured widths (trees) are the drafter's own.
     trees = StepCosts({1: 0.3, 2: 0.6}, {1: 0.02, 4: 0.05}, {None: {1: 0.001}})
     assert trees.catch_up_s(4) == pytest.approx(0.03)
+    # A drafter `behind` tokens behind reads them and the new token: behind + 1 rows; not behind, nothing.
+    assert trees.behind_s(0) == 0.0 and trees.behind_s(3) == pytest.approx(trees.catch_up_s(4))
 
 
 # Rows cost nearly as much as whole forwards (an AVX2-only CPU in bf16): at perfect acceptance a draft saves a few
@@ -529,7 +531,7 @@ def test_a_chain_goes_on_past_an_unsure_pick_when_sure_picks_after_it_would_pay(
     unsure first pick the next draft alone does not pay for itself, but the chance that it is sure and opens a run
     of cheap sure drafts does. Looking LOOKAHEAD picks ahead the chain goes on; weighing the next run of drafts at
     the positions' average estimates only (LOOKAHEAD = 0), it stops."""
-    step_costs = costs(lambda n: 0.3 + 0.02 * n, base=0.05)
+    step_costs = costs(lambda n: 0.3 + 0.025 * n, base=0.05)
     state = new_request(ControllerSettings(sizes=SIZES))
     histories = [([0.97, 0.97, 0.97], 3), ([0.6, 0.6], 1), ([0.6, 0.97, 0.97], 3), ([0.6], 0)]
     for i in range(60):
@@ -543,8 +545,8 @@ def test_a_chain_goes_on_past_an_unsure_pick_when_sure_picks_after_it_would_pay(
     assert state.confident_acceptance(0.6) < 0.6 < 0.95 < state.confident_acceptance(0.97)
     plan = choose(state, step_costs)
     assert plan.adaptive
-    assert drafted_under_the_rule(state, step_costs, plan, [0.6] + [0.97] * 9) == 6
-    assert drafted_under_the_rule(state, step_costs, plan, [0.6] * 10) == 2  # ... but not past two of them
+    assert drafted_under_the_rule(state, step_costs, plan, [0.6] + [0.97] * 9) >= 4  # on through sure picks
+    assert drafted_under_the_rule(state, step_costs, plan, [0.6] * 10) == 2  # ... but not past two unsure ones
     monkeypatch.setattr(controller, "LOOKAHEAD", 0)
     assert drafted_under_the_rule(state, step_costs, plan, [0.6] + [0.97] * 9) == 1
 
@@ -586,3 +588,35 @@ def test_a_position_the_chain_stops_short_of_forgets_an_old_rejection():
     plan = choose(state, step_costs)
     assert plan.adaptive and plan.depth >= 2  # aged only when reached: 1
     assert drafted_under_the_rule(state, step_costs, plan, [0.99] * 10) == plan.longest  # ... and it stopped at 1
+
+
+def test_one_rejection_at_a_deeper_position_holds_chains_to_one_draft_for_a_few_steps_only(monkeypatch):
+    """A deeper position's estimate leans on the pooled agreement as on POSITION_DRAFTS drafts of its own: one
+    rejection there, of an unsure pick early in a request, then sure picks all accepted. Costs shaped like the int4
+    pair's at 640 tokens (a draft forward a third of a plain step, 2 and 3 target rows at 1.0x and 1.17x one). Leaning
+    as on PRIOR_DRAFTS, chains of one draft ran on for 11 steps (measured on a Spanish prompt: 14 steps in a replay of
+    its teacher-forced drafts, 64 in a timed run)."""
+    rows = {1: 0.0865, 2: 0.0864, 3: 0.1013, 4: 0.1117, 5: 0.196, 6: 0.2005, 7: 0.2049, 8: 0.21}
+    step_costs = StepCosts(rows, {1: 0.031}, {k: {1: 3e-8 * k} for k in SIZES}, full_size=SIZES[-1])
+
+    def single_draft_steps() -> int:
+        state = new_request(ControllerSettings(sizes=SIZES))
+        for picks, accepted in (([0.9], 1), ([1.0, 0.94, 0.97], 3), ([1.0, 0.36], 1)):
+            keep = chain_rule(state, step_costs, choose(state, step_costs))
+            for probability in picks:
+                keep(probability)
+            observe(state, Plan(len(picks), SIZES[-1]), accepted, [0] * (accepted + 1),
+                    drawn=[1.0] * accepted + [0.0] * (len(picks) - accepted))
+        for step in range(30):
+            plan = choose(state, step_costs)
+            drafted = drafted_under_the_rule(state, step_costs, plan, [0.99] * 10)
+            if drafted > 1:
+                return step
+            keep = chain_rule(state, step_costs, plan)
+            keep(0.99)
+            observe(state, Plan(1, SIZES[-1]), 1, [0, 0], drawn=[1.0])
+        return 30
+
+    assert single_draft_steps() <= 5
+    monkeypatch.setattr(controller, "POSITION_DRAFTS", controller.PRIOR_DRAFTS)
+    assert single_draft_steps() >= 8

@@ -120,7 +120,7 @@ class Method:
             return prefix + VANILLA
         if self.auto:
             shape = "auto" if self.tree is None else f"{self.tree_label} map=auto"
-            return f"{prefix}{self.kind} {shape} (maps <= {self.token_map_size})"
+            return f"{prefix}{self.kind} {shape} (maps <= {self.token_map_size} or none)"
         chain = self.kind in (DRAFT, FRSPEC) and self.tree.kind == "chain"
         shape = f"k={self.num_spec_tokens}" if chain else self.tree_label
         return (f"{prefix}{self.kind} {shape}"

@@ -109,6 +109,16 @@ from frspec.errors import FrspecError
 # draft, bench/row_costs.py's ASSUMED_ACCEPTANCE), weighing as this many observed drafts.
 PRIOR_ACCEPTANCE = 0.72
 PRIOR_DRAFTS = 4.0
+# A deeper chain position's agreement leans on the pooled agreement of all positions as on this many drafts of its
+# own (the first position, drafted on every drafting step, as on PRIOR_DRAFTS). Measured with the int4 pair over the
+# teacher-forced greedy drafts of 18 mix prompts (docs/auto.md, "How deep positions are estimated"): a draft at the
+# second or third position, after the ones before it were accepted, agreed as often as one at the first, prompt by
+# prompt, so one rejection at a deeper position says little of that position. Weighed against PRIOR_DRAFTS, one
+# rejected unsure second pick held a Spanish prompt's second position at 0.69-0.79 for 14 steps while its drafts
+# agreed 0.94 of the time, and chains stopped after one draft. Replayed over those drafts at the run's costs: 4 -> 16
+# ran the mix 1.043x -> 1.047x the best static row, no dataset lower; a position that does agree less (an EAGLE
+# head's deeper drafts) still pulls its estimate down as its drafts accumulate.
+POSITION_DRAFTS = 16.0
 # Coverage before any token is seen: the ranking corpus's (1.0 without counts), weighing as this many tokens.
 PRIOR_TOKENS = 8.0
 # Per observed token / drafted position, older evidence keeps this share of its weight: about the last 200 tokens
@@ -315,7 +325,8 @@ class ControllerState:
         pooled = (sum(self.agreed) + PRIOR_DRAFTS * PRIOR_ACCEPTANCE) / (sum(self.tried) + PRIOR_DRAFTS)
         if position >= len(self.tried):
             return pooled
-        return (self.agreed[position] + PRIOR_DRAFTS * pooled) / (self.tried[position] + PRIOR_DRAFTS)
+        weight = _position_weight(position)
+        return (self.agreed[position] + weight * pooled) / (self.tried[position] + weight)
 
     def agreement_spread(self, position: int) -> float:
         """The variance of one draft's agreement at this position: the observed second moment, shrunk towards the
@@ -325,7 +336,8 @@ class ControllerState:
         pooled = (sum(self.squared) + PRIOR_DRAFTS * PRIOR_ACCEPTANCE) / (sum(self.tried) + PRIOR_DRAFTS)
         second = pooled
         if position < len(self.tried):
-            second = (self.squared[position] + PRIOR_DRAFTS * pooled) / (self.tried[position] + PRIOR_DRAFTS)
+            weight = _position_weight(position)
+            second = (self.squared[position] + weight * pooled) / (self.tried[position] + weight)
         return max(second - alpha * alpha, 0.0)
 
     def agreement_upper_bound(self, position: int) -> float:
@@ -417,7 +429,7 @@ def rates(state: ControllerState, costs: StepCosts, remaining: int | None = None
         depths = sorted({min(d, max(remaining - 1, 0)) for d in depths})
     alphas = [agreement(i) for i in range(s.max_depth)]
     coverage = {k: state.coverage(k) for k in s.sizes}
-    catch_up = costs.catch_up_s(1 + state.behind, context) if state.behind else 0.0
+    catch_up = costs.behind_s(state.behind, context)
     for depth in depths:
         for k in (s.sizes if depth else s.sizes[-1:]):
             tokens = expected_tokens(state, depth, k, alphas, coverage[k])
@@ -494,9 +506,7 @@ def count_saving(state: ControllerState, costs: StepCosts, drafted: int, size: i
     drafter up over `behind` tokens."""
     context = _rounded(context)
     if drafted:
-        spent = _step_time(state, costs, drafted, size, context)
-        if behind:
-            spent += costs.catch_up_s(1 + behind, context)
+        spent = _step_time(state, costs, drafted, size, context) + costs.behind_s(behind, context)
         state.saved_s += emitted * _step_time(state, costs, 0, state.settings.sizes[-1], context) - spent
     state.counted_tokens += emitted
 
@@ -737,6 +747,12 @@ def _record(state: ControllerState, plan: Plan) -> Plan:
     if plan.depth:
         state.chosen_sizes[plan.size] = state.chosen_sizes.get(plan.size, 0) + 1
     return plan
+
+
+def _position_weight(position: int) -> float:
+    """How many drafts of its own the pooled agreement weighs as in a position's estimate: the first position's as
+    PRIOR_DRAFTS, a deeper one's as POSITION_DRAFTS (read here at each call, so a replay can set it)."""
+    return PRIOR_DRAFTS if position == 0 else POSITION_DRAFTS
 
 
 def _probe_interval(state: ControllerState) -> int:

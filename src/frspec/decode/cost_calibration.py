@@ -86,9 +86,7 @@ class StepTimings:
         """One step's drafting of `shape` over a k-row map after `context` tokens, `behind` tokens of plain steps
         caught up first, that took `seconds`."""
         context = self._context(context)
-        predicted = self.reference.draft_time_s(shape, k, context)
-        if behind:
-            predicted += self.reference.catch_up_s(1 + behind, context)
+        predicted = self.reference.draft_time_s(shape, k, context) + self.reference.behind_s(behind, context)
         if predicted > 0 and seconds > 0:
             self.draft_ratios.append(seconds / predicted)
 

@@ -99,6 +99,13 @@ class StepCosts:
         """One draft forward without its head over `width` rows, after `context` tokens (None: the flat table)."""
         return _at_context(self.draft_base_costs, self.draft_base_by_context, width, context)
 
+    def behind_s(self, behind: int, context: int | None = None) -> float:
+        """What a drafter that plain steps left `behind` tokens behind pays before its next draft, beyond that
+        draft's own cost: one forward over those tokens and the new one (`catch_up_s(1 + behind)`); 0 when it is
+        not behind. The one rule for it: the controller weighs it (`rates`), counts it (`count_saving`), and the
+        calibration predicts it (cost_calibration.StepTimings.add_draft)."""
+        return self.catch_up_s(1 + behind, context) if behind > 0 else 0.0
+
     def catch_up_s(self, rows: int, context: int | None = None) -> float:
         """Seconds a draft forward over `rows` rows costs beyond a one-row one: what a drafter pays before it drafts
         when plain steps left it `rows - 1` tokens behind (or, over a prompt, to prefill). The step model counts one

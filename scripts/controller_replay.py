@@ -1,0 +1,239 @@
+"""Replay the controller (decode/controller.py) offline over a draft model's teacher-forced greedy drafts of real
+prompts, at a bench run's cost table: a controller change is weighed in seconds over many prompts, where a timed mix
+takes 15-25 minutes over six. It chooses constants; a timed bench confirms them.
+
+    python scripts/controller_replay.py drafts DRAFTS.pt --mix mtbench,code,multilingual --num-prompts 18 \\
+        --max-new-tokens 256 --quant int4 [--answers RUN/results.json ...]
+    python scripts/controller_replay.py replay DRAFTS.pt --costs RUN/results.json [--max-new-tokens 64] \\
+        [--set NAME=VALUE ...] [--steps]
+
+`drafts` runs the draft model once over each prompt and the target's greedy answer (a bench run's vanilla row from
+`--answers` where it has the prompt, else generated here) and keeps, at every answer position and for every map size
+`auto` chooses among, the drafter's greedy pick and its probability (the one `chain_rule` is shown), with the answer's
+ranks in the ranked head. While a greedy chain is accepted, its picks are exactly these (each drafted after the
+target's own tokens), so a chain's outcome is known for any length and size. Its map is the bench's: the ShareGPT
+ranking of 65,536 ids.
+
+`replay` plays the engine's loop (engine.py `_controlled_step`) for each prompt in order, carrying confidence bins
+and worth from request to request as a generator does: drafter-prefill decision, choose, chain_rule over the picks'
+probabilities, observe, count_saving; times every step at the run's cost table (`controller_costs`, as measured;
+not recalibrated, so no timing drafts). It prints per prompt auto's time against vanilla's and the static chains of 3
+(map 32k, 64k, none), then per dataset auto against the best of those rows. `--set controller.NAME=VALUE` sets a
+module constant first (e.g. `--set POSITION_DRAFTS=4.0`).
+
+Left out, so read ratios as the controller's choices at the table's costs, not a timed run: a prompt window's
+drafts (replayed as the whole prompt's, flagged W), a chain's picks after its first rejection (replayed at the
+teacher-forced probabilities; they only decide whether the chain goes on), and the clock's noise. Checked against a
+timed run (int4 pair, AVX-512 EPYC, 64 tokens, `5c40db5`): mtbench-91 replayed at 0.949x vanilla, timed 0.94x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+from frspec.decode import controller
+from frspec.decode.step_costs import StepCosts
+
+STATIC_SIZES = (32768, 65536)  # the bench's static map rows; the whole head is added
+STATIC_DEPTH = 3
+RANKING_SIZE = 65536
+WINDOWS = (256, 512)  # DraftModelDrafter's prompt windows
+
+
+def drafts(args) -> None:
+    from frspec.bench.datasets import encode_prompt, load_prompts
+    from frspec.bench.token_maps import resolve_token_maps
+    from frspec.decode.factory import build_drafter, build_generator
+    from frspec.models.loading import load_model, resolve_model_dir, set_threads, vocab_size_of
+    from frspec.models.tokenizer import load_tokenizer
+
+    set_threads(args.threads)
+    tokenizer = load_tokenizer(resolve_model_dir(args.target))
+    target = load_model(args.target, quant=args.quant)
+    draft = load_model(args.draft, quant=args.quant, quantize_head=False)
+    maps, _ = resolve_token_maps(tokenizer, vocab_size_of(target), [RANKING_SIZE], progress=False)
+    drafter = build_drafter(target, draft=draft, token_map=maps[RANKING_SIZE], tokenizer=tokenizer,
+                            token_map_size="auto", head_quant=args.quant)
+    vocab = drafter.vocab
+    sizes = controller.default_map_sizes(vocab.full_size, vocab.ranked_size)
+    answers = {}
+    for path in args.answers:
+        for g in json.load(open(path))["generations"]:
+            if g["method"].split()[-1] == "vanilla" and not g["method"].startswith("llama"):
+                answers.setdefault(g["prompt_id"], g["token_ids"])
+    vanilla = build_generator(target, tokenizer=tokenizer)
+    records = []
+    with torch.inference_mode():
+        for prompt in load_prompts("mix:" + args.mix, num_prompts=args.num_prompts):
+            ids = encode_prompt(tokenizer, prompt)
+            answer = answers.get(prompt.id)
+            if answer is None:
+                answer = list(vanilla.generate(input_ids=ids, max_new_tokens=args.max_new_tokens).token_ids)
+            answer = answer[: args.max_new_tokens]
+            hidden = drafter.base(input_ids=torch.tensor([ids + answer])).last_hidden_state[0]
+            hidden = hidden[len(ids) - 1 : len(ids) - 1 + len(answer)]  # row t predicts answer[t]
+            record = {"id": prompt.id, "prompt_tokens": len(ids), "answer": answer,
+                      "prompt_ranks": vocab.ranks(ids[-controller.PROMPT_WINDOW:]).tolist(),
+                      "ranks": vocab.ranks(answer).tolist(), "picks": {}, "probs": {}}
+            for k in sizes:
+                probability, row = torch.softmax(vocab.logits(hidden, k).float(), -1).max(-1)
+                record["picks"][k] = vocab.to_target(row).tolist()
+                record["probs"][k] = probability.tolist()
+            agreed = sum(a == b for a, b in zip(record["picks"][sizes[-1]], answer)) / max(len(answer), 1)
+            print(f"{prompt.id}: {len(ids)} prompt tokens, {len(answer)} answer tokens, "
+                  f"agreement without a map {agreed:.3f}", flush=True)
+            records.append(record)
+    coverage = {k: vocab.coverage(k) for k in sizes} if vocab.coverage_prior is not None else {}
+    torch.save({"sizes": sizes, "coverage": coverage, "records": records, "mix": args.mix}, args.out)
+
+
+class Replay:
+    """One generator's requests replayed at `costs`."""
+
+    def __init__(self, costs: StepCosts, sizes, coverage):
+        self.costs, self.sizes, self.coverage = costs, tuple(sizes), coverage
+        self.settings = controller.ControllerSettings(sizes=self.sizes, recalibrate=False)
+        self.confidence, self.worth = None, {}
+
+    def step_s(self, depth: int, k: int, context: int, behind: int = 0) -> float:
+        context = controller._rounded(context)
+        if not depth:
+            return self.costs.step_time_s(None, context=context)
+        return (self.costs.step_time_s(controller.step_shape(self.settings, depth), k, context)
+                + self.costs.behind_s(behind, context))
+
+    def prefill_s(self, tokens: int) -> float:
+        return self.costs.draft_base(1, tokens) + self.costs.catch_up_s(tokens, tokens) if tokens else 0.0
+
+    def static(self, record: dict, new: int, k: int | None) -> float:
+        """A chain of STATIC_DEPTH at map size k (None: plain decoding) over the answer's first `new` tokens."""
+        answer, prompt = record["answer"][:new], record["prompt_tokens"]
+        seconds, i = 0.0 if k is None else self.prefill_s(prompt), 1  # the target's prefill emits answer[0]
+        while i < len(answer):
+            depth = 0 if k is None else min(STATIC_DEPTH, len(answer) - i - 1)
+            accepted = _accepted(record, k, i, depth)
+            seconds += self.step_s(depth, k, prompt + i)
+            i += accepted + 1
+        return seconds
+
+    def auto(self, record: dict, new: int, steps: bool = False) -> tuple[float, int, list[int]]:
+        """auto's seconds over the answer's first `new` tokens, the drafter's prompt tokens, and its steps per
+        drafted length."""
+        answer, prompt = record["answer"][:new], record["prompt_tokens"]
+        kind = controller.request_kind(prompt)
+        state = controller.new_request(self.settings, self.coverage, 0, None, self.confidence,
+                                       worth=self.worth.get(kind))
+        controller.observe_prompt(state, record["prompt_ranks"])
+        drafter_prompt = controller.drafter_prefill_tokens(state, self.costs, prompt, len(answer), WINDOWS)
+        seconds, i, lengths = self.prefill_s(drafter_prompt), 1, [0] * (self.settings.max_depth + 1)
+        while i < len(answer):
+            remaining, context = len(answer) - i, prompt + i
+            if not drafter_prompt:
+                seconds += self.step_s(0, 0, context)
+                i += 1
+                continue
+            plan = controller.choose(state, self.costs, remaining, context=context)
+            behind = state.behind
+            drafted, k = 0, plan.size
+            if plan.depth:
+                keep = controller.chain_rule(state, self.costs, plan, context)
+                limit = min(plan.drafts, remaining - 1)
+                while drafted < limit:
+                    drafted += 1
+                    if not keep(record["probs"][k][i + drafted - 1]):
+                        break
+            accepted = _accepted(record, k, i, drafted)
+            emitted = min(accepted + 1, remaining)
+            drawn = ([1.0] * accepted + [0.0])[:drafted]
+            controller.observe(state, controller.Plan(drafted, k, plan.probe), accepted,
+                               record["ranks"][i : i + emitted], None, drawn)
+            controller.count_saving(state, self.costs, drafted, k, emitted, context, behind)
+            seconds += self.step_s(drafted, k, context, behind)
+            lengths[drafted] += 1
+            if steps:
+                print(f"    token {i:4d}: chose {plan.depth} (up to {plan.longest}) at {k}, drafted {drafted}, "
+                      f"accepted {accepted}; agreement by position "
+                      f"{[round(state.agreement(p), 2) for p in range(3)]}")
+            i += emitted
+        self.confidence = controller.carried_confidence(state)
+        self.worth[kind] = controller.carry_worth(self.worth.get(kind), state, drafter_prompt == prompt)
+        return seconds, drafter_prompt, lengths
+
+
+def _accepted(record: dict, k: int | None, start: int, depth: int) -> int:
+    """How many of a chain's `depth` picks from answer position `start` at map size k match the answer."""
+    n = 0
+    while n < depth and record["picks"][k][start + n] == record["answer"][start + n]:
+        n += 1
+    return n
+
+
+def replay(args) -> None:
+    for assignment in args.set:
+        name, value = assignment.split("=", 1)
+        if not hasattr(controller, name):
+            sys.exit(f"decode/controller.py has no {name}")
+        setattr(controller, name, type(getattr(controller, name))(value))
+    data = torch.load(args.drafts, weights_only=False)
+    run = json.load(open(args.costs))
+    section = run["meta"]["sections"]
+    section = section[0] if isinstance(section, list) else next(iter(section.values()))
+    costs = StepCosts.from_dict(next(iter(section["controller_costs"].values())))
+    sizes = tuple(data["sizes"])
+    rows = (None, *STATIC_SIZES, sizes[-1])
+    names = {None: "vanilla", sizes[-1]: "k=3 no map", **{k: f"k=3 map={k}" for k in STATIC_SIZES}}
+    player = Replay(costs, sizes, data.get("coverage") or {})
+    totals: dict[str, dict] = {}
+    for record in data["records"]:
+        new = args.max_new_tokens or len(record["answer"])
+        if args.steps:
+            print(record["id"])
+        auto, drafter_prompt, lengths = player.auto(record, new, args.steps)
+        static = {k: player.static(record, new, k) for k in rows}
+        best = min(static, key=static.get)
+        window = "W" if 0 < drafter_prompt < record["prompt_tokens"] else " "
+        print(f"{record['id'][-28:]:28s} prompt {record['prompt_tokens']:5d} drafter {drafter_prompt:5d}{window} "
+              f"auto/best static {static[best] / auto:.3f} ({names[best]}), /vanilla {static[None] / auto:.3f}, "
+              f"/no map {static[sizes[-1]] / auto:.3f}; steps per drafted length {lengths}")
+        for dataset in (record["id"].split("-")[0], "all"):
+            total = totals.setdefault(dataset, {"auto": 0.0, **{k: 0.0 for k in rows}})
+            total["auto"] += auto
+            for k in rows:
+                total[k] += static[k]
+    line = []
+    for dataset, total in totals.items():
+        best = min(rows, key=lambda k: total[k])
+        line.append(f"{dataset} {total[best] / total['auto']:.3f} ({names[best]}; no map "
+                    f"{total[sizes[-1]] / total['auto']:.3f})")
+    print("auto / best static row, by dataset:", " | ".join(line))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("drafts", help="teacher-forced drafts of a mix's prompts")
+    d.add_argument("out")
+    d.add_argument("--mix", default="mtbench,code,multilingual")
+    d.add_argument("--num-prompts", type=int, default=18)
+    d.add_argument("--max-new-tokens", type=int, default=256)
+    d.add_argument("--target", default="qwen2.5-coder-1.5b-instruct")
+    d.add_argument("--draft", default="qwen2.5-coder-0.5b-instruct")
+    d.add_argument("--quant", default=None, help="int4 or int8, as the bench's --quant")
+    d.add_argument("--answers", nargs="*", default=[], help="bench results.json files with a vanilla row")
+    d.add_argument("--threads", type=int, default=2)
+    r = sub.add_parser("replay", help="replay the controller over the drafts")
+    r.add_argument("drafts")
+    r.add_argument("--costs", required=True, help="a bench results.json with the auto row's controller_costs")
+    r.add_argument("--max-new-tokens", type=int, default=None)
+    r.add_argument("--set", action="append", default=[], help="NAME=VALUE: a decode/controller.py constant")
+    r.add_argument("--steps", action="store_true", help="print every step")
+    args = parser.parse_args()
+    drafts(args) if args.command == "drafts" else replay(args)
+
+
+if __name__ == "__main__":
+    main()
