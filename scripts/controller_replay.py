@@ -107,7 +107,7 @@ class Replay:
                 + self.costs.behind_s(behind, context))
 
     def prefill_s(self, tokens: int) -> float:
-        return self.costs.draft_base(1, tokens) + self.costs.catch_up_s(tokens, tokens) if tokens else 0.0
+        return self.costs.drafter_prefill_s(tokens) if tokens else 0.0
 
     def static(self, record: dict, new: int, k: int | None) -> float:
         """A chain of STATIC_DEPTH at map size k (None: plain decoding) over the answer's first `new` tokens."""

@@ -493,7 +493,7 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
         saved += max(1.0 / plain - 1.0 / best, 0.0) / len(contexts)
     state.expected_saving = saved
     for tokens in [prompt_tokens, *sorted((w for w in windows if w < prompt_tokens), reverse=True)]:
-        if saved * state.worth * max_new_tokens > costs.draft_base(1, tokens) + costs.catch_up_s(tokens, tokens):
+        if saved * state.worth * max_new_tokens > costs.drafter_prefill_s(tokens):
             return tokens
     return 0
 

@@ -106,6 +106,11 @@ class StepCosts:
         calibration predicts it (cost_calibration.StepTimings.add_draft)."""
         return self.catch_up_s(1 + behind, context) if behind > 0 else 0.0
 
+    def drafter_prefill_s(self, tokens: int) -> float:
+        """What a drafter's prefill over `tokens` prompt tokens costs: a one-row draft forward plus the extra rows,
+        at the prompt's own context (what `controller.drafter_prefill_tokens` weighs a prompt or window by)."""
+        return self.draft_base(1, tokens) + self.catch_up_s(tokens, tokens)
+
     def catch_up_s(self, rows: int, context: int | None = None) -> float:
         """Seconds a draft forward over `rows` rows costs beyond a one-row one: what a drafter pays before it drafts
         when plain steps left it `rows - 1` tokens behind (or, over a prompt, to prefill). The step model counts one
