@@ -545,7 +545,7 @@ def test_a_chain_goes_on_past_an_unsure_pick_when_sure_picks_after_it_would_pay(
     assert state.confident_acceptance(0.6) < 0.6 < 0.95 < state.confident_acceptance(0.97)
     plan = choose(state, step_costs)
     assert plan.adaptive
-    assert drafted_under_the_rule(state, step_costs, plan, [0.6] + [0.97] * 9) >= 4  # on through sure picks
+    assert drafted_under_the_rule(state, step_costs, plan, [0.6] + [0.97] * 9) == 5  # on through sure picks
     assert drafted_under_the_rule(state, step_costs, plan, [0.6] * 10) == 2  # ... but not past two unsure ones
     monkeypatch.setattr(controller, "LOOKAHEAD", 0)
     assert drafted_under_the_rule(state, step_costs, plan, [0.6] + [0.97] * 9) == 1
