@@ -24,40 +24,59 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+PORT_TRIES = 3
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stops the server and the engine processes it started (its own session's group), if any are left."""
+    try:
+        os.killpg(proc.pid, 15)
+    except ProcessLookupError:  # the whole group already exited (a server that failed to start)
+        pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
 @contextlib.contextmanager
 def serving(tiny, target: str, spec: dict, log_name: str):
-    """`frspec serve` with the tiny map for `target` and `spec`; yields (base URL, log path); stops it after."""
-    port = _free_port()
+    """`frspec serve` with the tiny map for `target` and `spec`; yields (base URL, log path); stops it after.
+
+    The port is free when chosen but may be taken before vLLM binds it: vLLM processes in the other test workers open
+    ports of their own (ZMQ, torch.distributed) at random. Only that race is retried, with a fresh port."""
     log = Path(tiny.root) / log_name
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_ENABLE_V1_MULTIPROCESSING", "FRSPEC_TOKEN_MAP")}
-    # `frspec serve` sets FRSPEC_TOKEN_MAP and becomes vLLM's server (same process: the group is killed below).
-    cmd = [str(Path(sys.executable).parent / "frspec"), "serve", "--token-map", tiny.token_map, "--",
-           "--model", target, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager",
-           "--max-model-len", "256", "--seed", "0", "--speculative-config", json.dumps(spec)]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vllm serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vllm serve not ready after {STARTUP_S}s:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
-        yield f"http://127.0.0.1:{port}/v1", log
-    finally:
-        os.killpg(proc.pid, 15)  # the server and the engine processes it started
+    for attempt in range(PORT_TRIES):
+        port = _free_port()
+        # `frspec serve` sets FRSPEC_TOKEN_MAP and becomes vLLM's server (same process: the group is stopped below).
+        cmd = [str(Path(sys.executable).parent / "frspec"), "serve", "--token-map", tiny.token_map, "--",
+               "--model", target, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+               "--enforce-eager", "--max-model-len", "256", "--seed", "0", "--speculative-config", json.dumps(spec)]
+        with open(log, "w") as out:
+            proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+            deadline = time.monotonic() + STARTUP_S
+            while proc.poll() is None:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    pytest.fail(f"vllm serve not ready after {STARTUP_S}s:\n{log.read_text()[-3000:]}")
+                time.sleep(1)
+            else:
+                text = log.read_text()
+                if "Address already in use" in text and attempt + 1 < PORT_TRIES:
+                    continue
+                pytest.fail(f"vllm serve exited with {proc.returncode}:\n{text[-3000:]}")
+            yield f"http://127.0.0.1:{port}/v1", log
+            return
+        finally:
+            _stop(proc)
 
 
 @pytest.fixture(scope="module")
