@@ -40,6 +40,23 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def _ready(proc: subprocess.Popen, port: int, log: Path) -> bool:
+    """Waits for the server's health check: True once it answers, False if the server exited first (fails the test
+    after STARTUP_S)."""
+    deadline = time.monotonic() + STARTUP_S
+    while proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"vllm serve not ready after {STARTUP_S}s:\n{log.read_text()[-3000:]}")
+        time.sleep(1)
+    return False
+
+
 @contextlib.contextmanager
 def serving(tiny, target: str, spec: dict, log_name: str):
     """`frspec serve` with the tiny map for `target` and `spec`; yields (base URL, log path); stops it after.
@@ -57,24 +74,12 @@ def serving(tiny, target: str, spec: dict, log_name: str):
         with open(log, "w") as out:
             proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            deadline = time.monotonic() + STARTUP_S
-            while proc.poll() is None:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    pytest.fail(f"vllm serve not ready after {STARTUP_S}s:\n{log.read_text()[-3000:]}")
-                time.sleep(1)
-            else:
-                text = log.read_text()
-                if "Address already in use" in text and attempt + 1 < PORT_TRIES:
-                    continue
+            if _ready(proc, port, log):
+                yield f"http://127.0.0.1:{port}/v1", log
+                return
+            text = log.read_text()
+            if "Address already in use" not in text or attempt + 1 == PORT_TRIES:
                 pytest.fail(f"vllm serve exited with {proc.returncode}:\n{text[-3000:]}")
-            yield f"http://127.0.0.1:{port}/v1", log
-            return
         finally:
             _stop(proc)
 
