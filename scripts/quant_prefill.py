@@ -1,4 +1,4 @@
-"""The int4/int8 prefill measurement (docs/quantization.md, "Prefill"): ms for one 8960x1536 weight against the
+"""The int4/int8 prefill measurement (docs/quantization.md, "Prefill"): ms for one weight (8960x1536) against the
 number of rows, bf16 F.linear against each quantized layer on its weight-only kernel and on the dequantized float
 GEMM the layer switches to from INT4_DEQUANT_ROWS / INT8_DEQUANT_ROWS rows on; with `--model`, one prefill of a
 long random prompt through a whole int4 model each way.
@@ -31,28 +31,31 @@ def median_ms(fn, repeats: int) -> float:
 
 
 def with_thresholds(rows: int, fn):
-    saved = K.INT4_DEQUANT_ROWS, K.INT8_DEQUANT_ROWS
-    K.INT4_DEQUANT_ROWS = K.INT8_DEQUANT_ROWS = rows
+    saved = K.INT4_DEQUANT_ROWS, K.INT4_DEQUANT_ROWS_WIDENED, K.INT8_DEQUANT_ROWS
+    K.INT4_DEQUANT_ROWS = K.INT4_DEQUANT_ROWS_WIDENED = K.INT8_DEQUANT_ROWS = rows
     try:
         return fn()
     finally:
-        K.INT4_DEQUANT_ROWS, K.INT8_DEQUANT_ROWS = saved
+        K.INT4_DEQUANT_ROWS, K.INT4_DEQUANT_ROWS_WIDENED, K.INT8_DEQUANT_ROWS = saved
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", default="64,128,256,512,1024,4096")
+    p.add_argument("--shape", default="8960x1536", help="the weight's out x in features (the 0.5B drafter's MLP: "
+                   "4864x896)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--model", help="also prefill this model (name or directory) in int4, both ways")
     p.add_argument("--prompt-tokens", type=int, default=4096)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    linear = torch.nn.Linear(1536, 8960, bias=False).to(torch.bfloat16)
+    out_features, in_features = (int(n) for n in args.shape.lower().split("x"))
+    linear = torch.nn.Linear(in_features, out_features, bias=False).to(torch.bfloat16)
     layers = {"int4": quantize_linear(linear, "int4"), "int8": quantize_linear(linear, "int8")}
     print("rows | bf16 | int4 kernel | int4 dequantized | int8 kernel | int8 dequantized  (ms, median)")
     for rows in (int(r) for r in args.rows.split(",")):
-        x = torch.randn(rows, 1536, dtype=torch.bfloat16)
+        x = torch.randn(rows, in_features, dtype=torch.bfloat16)
         repeats = 10 if rows <= 256 else 3
         cells = [median_ms(lambda: linear(x), repeats)]
         for name in ("int4", "int8"):

@@ -120,8 +120,8 @@ def test_the_measurement_has_per_context_tables_for_target_and_draft_model(pair)
     assert costs.target_costs == costs.target_by_context[32]  # the flat tables are the shortest context's
     assert set(costs.draft_base_by_context) == {32, 128, 512}
     assert costs.draft_base_by_context[32][1] == pytest.approx(costs.draft_base_costs[1])
-    # The draft model's forward over 64 rows too (catching up after plain steps) and over 512 and 1024 (a long
-    # prompt's prefill), in every context's table, never cheaper for more rows.
+    # The draft model's forward over 64 rows too (catching up after plain steps) and over 256, 512 and 1024 (a
+    # window, a long prompt's prefill), in every context's table, never cheaper for more rows.
     widths = [1, cost_measure.CATCH_UP_ROWS, *cost_measure.PREFILL_ROWS]
     assert sorted(costs.draft_base_costs) == widths
     assert all(sorted(t) == widths for t in costs.draft_base_by_context.values())
@@ -129,7 +129,7 @@ def test_the_measurement_has_per_context_tables_for_target_and_draft_model(pair)
         costs.draft_base_costs[cost_measure.CATCH_UP_ROWS] - costs.draft_base_costs[1])
     assert [costs.draft_base_costs[n] for n in widths] == sorted(costs.draft_base_costs[n] for n in widths)
     # Beyond the longest width, a prefill goes on along the line through the two longest, not through 1 and 64.
-    a, b = cost_measure.PREFILL_ROWS
+    a, b = cost_measure.PREFILL_ROWS[-2:]
     per_row = (costs.draft_base_costs[b] - costs.draft_base_costs[a]) / (b - a)
     assert costs.catch_up_s(3 * b, 32) == pytest.approx(
         max(costs.draft_base_costs[b] + per_row * 2 * b, costs.draft_base_costs[b]) - costs.draft_base_costs[1])
@@ -167,7 +167,7 @@ def test_only_the_prefill_widths_are_kept_from_bending_the_catch_up_curve_down(m
     monkeypatch.setenv(wide_linear.ENV, "1")
     wide_linear.fp32_is_faster.cache_clear()
     bend = wide_linear.WIDE_ROWS
-    timed = {1: 0.1, bend - 1: 3.0, bend: 1.0, cost_measure.CATCH_UP_ROWS: 2.0, 512: 1.5, 1024: 6.0}
+    timed = {1: 0.1, bend - 1: 3.0, bend: 1.0, cost_measure.CATCH_UP_ROWS: 2.0, 256: 1.2, 512: 1.5, 1024: 6.0}
     real = cost_measure.measure_row_costs_by_context
 
     def draft_widths_timed_as_above(model, rows, contexts, *args, **kwargs):
@@ -187,14 +187,15 @@ def test_only_the_prefill_widths_are_kept_from_bending_the_catch_up_curve_down(m
     extra = {n: costs.draft_base_costs[n] - costs.draft_base_costs[1] for n in timed if n != 1}
     assert extra[bend - 1] == pytest.approx(2.9) and extra[bend] == pytest.approx(0.9)  # the bend, as timed
     assert extra[cost_measure.CATCH_UP_ROWS] == pytest.approx(1.9)
-    assert extra[512] == pytest.approx(1.9) and extra[1024] == pytest.approx(5.9)  # 512 raised to 64's
+    assert extra[256] == pytest.approx(1.9) and extra[512] == pytest.approx(1.9)  # raised to 64's
+    assert extra[1024] == pytest.approx(5.9)
 
 
 def test_a_draft_model_is_timed_over_a_prefill_only_as_long_as_its_positions_allow(pair):
     target, draft = pair
     draft.config.max_position_embeddings = 600
     costs = measure_step_costs(target, DraftModelDrafter(draft), sizes=(VOCAB,), max_rows=3, contexts=(32,))
-    assert sorted(costs.draft_base_costs) == [1, cost_measure.CATCH_UP_ROWS, 512]  # 1024 rows would not fit
+    assert sorted(costs.draft_base_costs) == [1, cost_measure.CATCH_UP_ROWS, 256, 512]  # 1024 rows would not fit
 
 
 def test_contexts_are_those_the_models_positions_allow(pair):

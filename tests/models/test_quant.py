@@ -243,10 +243,33 @@ def test_first_rows_refuses_a_layout_it_cannot_cut_in_one_line(monkeypatch):
         layer.first_rows(64)
 
 
+@pytest.mark.parametrize("split_halves", [True, False])
 @pytest.mark.parametrize("rows, in_features", [(64, 32), (176, 96), (16, 64), (320, 256)])
-def test_unpacking_the_cpu_int4_layout_gives_back_the_codes(rows, in_features):
+def test_unpacking_the_cpu_int4_layout_gives_back_the_codes(rows, in_features, split_halves, monkeypatch):
+    """Both readings of the packing: the reshape this build's layout allows (full 64-row blocks; checked once per
+    process) and the general gather (a last, shorter block; a build with another layout)."""
+    if split_halves:
+        assert K.cpu_int4_split_halves(), "this build's CPU int4 layout is not the one measured (64-row blocks)"
+    else:
+        monkeypatch.setattr(K, "cpu_int4_split_halves", lambda: False)
     codes = torch.randint(0, 16, (rows, in_features), generator=torch.Generator().manual_seed(rows), dtype=torch.int32)
     assert torch.equal(K.unpack_int4_cpu(K.pack_int4_cpu(codes), in_features), codes.to(torch.uint8))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_prefills_dequantized_int4_weight_is_the_kernels_weight(dtype, monkeypatch):
+    """The weight a prefill's float GEMM multiplies by, in blocks of rows (three here, the last one short), is the
+    weight the kernel holds ((code - 8) * scale + zero, its scale and zero in the activations' dtype) rounded to
+    that dtype."""
+    from frspec.models import quant as Q
+
+    monkeypatch.setattr(Q, "DEQUANT_BLOCK_ROWS", 64)
+    lin = _linear(176, 96, dtype=dtype)  # 176 rows: two full 64-row blocks and a short one
+    layer = quantize_linear(lin, "int4")
+    expected = layer._unpacked().dequantize()  # in fp32
+    got = layer._dequantized(dtype)
+    assert got.dtype == dtype and got.shape == expected.shape
+    torch.testing.assert_close(got.float(), expected, rtol=2 ** -8 if dtype == torch.bfloat16 else 1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("quant", ["int4", "int8"])

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)  # the `frspec` command prints its records on 
 
 QUANT_MODES = ("int4", "int8")
 DEFAULT_GROUP_SIZE = 32  # a Q4_K sub-block; the smallest group the int4 kernels accept
+# Rows of an int4 weight dequantized at a time for a prefill (a multiple of the CPU layout's 64-row blocks).
+DEQUANT_BLOCK_ROWS = 1024
 
 
 def parse_quant(quant: str | None) -> str | None:
@@ -71,6 +73,17 @@ class Int8Weight:
 
     def dequantize(self) -> torch.Tensor:
         return self.values.float() * self.scale[:, None]
+
+
+def int4_dequantizes(x2d: torch.Tensor) -> bool:
+    """Whether a CPU int4 call over these rows dequantizes its weight and runs the float GEMM (module docstring):
+    from quant_kernels.INT4_DEQUANT_ROWS rows on, or INT4_DEQUANT_ROWS_WIDENED where this machine widens such a call
+    to fp32 (its half-precision GEMM is the slow one: models/wide_linear.py). Rows are counted first, so a decode
+    step never asks for wide_linear's measurement."""
+    rows = x2d.shape[0]
+    if rows < K.INT4_DEQUANT_ROWS:
+        return False
+    return rows >= K.INT4_DEQUANT_ROWS_WIDENED or wide_linear.wide_rows(x2d.dtype, x2d.device) is None
 
 
 def quantize_int4(weight: torch.Tensor, group_size: int = DEFAULT_GROUP_SIZE) -> Int4Weight:
@@ -121,9 +134,9 @@ class Int4Linear(nn.Module):
         if self.kernel == K.DEQUANT:
             return wide_linear.linear(x, self.dequantized, self.bias)
         x2d = x.reshape(-1, self.in_features).contiguous()
-        if self.kernel == K.CPU_INT4 and x2d.shape[0] >= K.INT4_DEQUANT_ROWS:
-            # A prefill: the float GEMM over the weight dequantized for this call (quant_kernels.INT4_DEQUANT_ROWS).
-            y = wide_linear.linear(x2d, self._unpacked().dequantize().to(x2d.dtype))
+        if self.kernel == K.CPU_INT4 and int4_dequantizes(x2d):
+            # A prefill: the float GEMM over the weight dequantized for this call.
+            y = wide_linear.linear(x2d, self._dequantized(x2d.dtype))
         else:
             y = K.int4_mm(self.kernel, x2d, self.packed, self.group_size, self.scales_and_zeros)
         if y.shape[-1] != self.out_features:
@@ -131,6 +144,22 @@ class Int4Linear(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
+
+    def _dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        """The CPU packing's weight (padding rows included) in `dtype`, as the kernel computes it: (code - 8) *
+        scale + zero per group, one fused multiply-add rounded once to `dtype` (no fp32 copy of the weight). In
+        blocks of DEQUANT_BLOCK_ROWS rows, whose temporaries stay small: an 8960 x 1536 weight in 19 ms, 31 whole."""
+        rows = int(self.packed.shape[0])
+        out = torch.empty(rows, self.in_features // self.group_size, self.group_size, dtype=dtype,
+                          device=self.packed.device)
+        for start in range(0, rows, DEQUANT_BLOCK_ROWS):
+            end = min(start + DEQUANT_BLOCK_ROWS, rows)
+            codes = K.unpack_int4_cpu(self.packed[start:end], self.in_features)
+            groups = codes.view(end - start, -1, self.group_size).to(dtype).sub_(8)  # -8..7: exact in any dtype
+            scale = self.scales_and_zeros[:, start:end, 0].t().to(dtype).contiguous()[..., None]
+            zero = self.scales_and_zeros[:, start:end, 1].t().to(dtype).contiguous()[..., None]
+            torch.addcmul(zero, groups, scale, out=out[start:end])
+        return out.view(rows, self.in_features)
 
     def _unpacked(self) -> Int4Weight:
         """The weight the CPU packing holds (padding rows included), back as codes, scale and minimum: the kernels'

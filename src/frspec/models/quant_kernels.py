@@ -90,12 +90,17 @@ def pack_int4_cpu(codes: torch.Tensor) -> torch.Tensor:
     return torch._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
 
 
-# From this many rows on (a prompt's prefill), a quantized matmul dequantizes its weight and runs the float GEMM:
-# the weight-only kernels are built for a few rows and their cost grows with them, while dequantizing costs a fixed
-# ~85 ms (int4: unpacking the packing) or ~4 ms (int8: a cast) per 8960 x 1536 weight. Measured on the 2-core Xeon,
-# bf16, 2 threads (docs/quantization.md, "Prefill"): the int4 kernel against the dequantized GEMM 76 / 93 ms at 512
-# rows, 155 / 97 at 1,024; int8 20 / 4 ms at 128 rows. Both thresholds stay above the rows a decode step verifies.
-INT4_DEQUANT_ROWS = 768
+# From this many rows on (a prompt's prefill, a drafter's window of it), a quantized matmul dequantizes its weight and
+# runs the float GEMM: the weight-only kernels are built for a few rows and their cost grows with them, while
+# dequantizing costs a fixed time per weight. int4: unpacking the packing (`unpack_int4_cpu`) and one fused
+# multiply-add, 6 ms per 4864 x 896 weight and 29 ms per 8960 x 1536 on the AVX-512 EPYC (from 28 and 90 ms with the
+# general gather), so the dequantized GEMM wins from about 200-256 rows there (scripts/quant_prefill.py,
+# docs/quantization.md "Prefill"); int8: a cast, ~4 ms, from 128 rows (the 2-core Xeon). Where this machine's half
+# GEMM is slow and wide calls go through fp32 (the AVX2 EPYC: models/wide_linear.py), int4 keeps the 768 rows
+# measured before the faster unpacking: not re-measured on such a machine. All stay above the rows a decode step
+# verifies.
+INT4_DEQUANT_ROWS = 256
+INT4_DEQUANT_ROWS_WIDENED = 768
 INT8_DEQUANT_ROWS = 128
 
 
@@ -121,8 +126,9 @@ def _cpu_int4_gather(rows: int, in_features: int) -> torch.Tensor:
 
 def unpack_int4_cpu(packed: torch.Tensor, in_features: int) -> torch.Tensor:
     """The int4 codes [N, in_features] (uint8, 0..15) a pack_int4_cpu packing holds (N: its rows, padding
-    included): its blocks of cpu_int4_row_block rows, then a last, shorter one, each gathered by the positions
-    `_cpu_int4_gather` found for its size."""
+    included): its blocks of cpu_int4_row_block rows, then a last, shorter one. Full blocks are read as
+    `_unpack_split_halves` does where that is this build's layout (`cpu_int4_split_halves`), else, like a last
+    shorter block, gathered by the positions `_cpu_int4_gather` found for its size."""
     block = cpu_int4_row_block()
     if block is None:
         raise RuntimeError("the CPU int4 layout has no row block: it cannot be unpacked")
@@ -132,10 +138,37 @@ def unpack_int4_cpu(packed: torch.Tensor, in_features: int) -> torch.Tensor:
     for start, end in ((0, full), (full, rows)):
         if end > start:
             size = min(block, end - start)
+            if size == block and cpu_int4_split_halves():
+                parts.append(_unpack_split_halves(packed[start:end], in_features, block))
+                continue
             order = _cpu_int4_gather(size, in_features).to(packed.device)
             flat = nibbles(packed[start:end]).reshape(-1, size * in_features)
             parts.append(flat.index_select(1, order).view(end - start, in_features))
     return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _unpack_split_halves(packed: torch.Tensor, in_features: int, block: int) -> torch.Tensor:
+    """Codes [N, in_features] of full blocks of `block` rows packed as the AVX-512 and AVX2 builds measured do: in
+    each block, byte (k, n) holds row n's code at column k in its low nibble and row n + block / 2's in its high
+    one. A reshape and one transposing copy, where the general gather indexes every nibble: 4.5x faster on a
+    4864 x 896 weight (the 0.5B drafter's MLP), which makes a prefill's dequantized GEMM pay from fewer rows."""
+    blocks = packed.view(-1, in_features, block // 2)  # [blocks, column, row within the half]
+    halves = torch.stack([blocks & 15, blocks >> 4], dim=1)  # [blocks, half, column, row]
+    return halves.transpose(2, 3).reshape(-1, in_features)
+
+
+@cache
+def cpu_int4_split_halves() -> bool:
+    """Whether this build's CPU int4 layout is the one `_unpack_split_halves` reads: checked once per process by
+    packing random codes and reading them back (the layout is the build's, not a documented one)."""
+    block = cpu_int4_row_block()
+    if block is None or block % 2:
+        return False
+    codes = torch.randint(0, 16, (2 * block, 96), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    try:
+        return torch.equal(_unpack_split_halves(pack_int4_cpu(codes), 96, block), codes.to(torch.uint8))
+    except RuntimeError:  # a packing of another shape than [rows, in_features / 2] bytes
+        return False
 
 
 @cache
