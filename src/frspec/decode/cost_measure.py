@@ -54,11 +54,11 @@ CACHE_VERSION = 7  # 2: per-context target and draft costs; the drafter head's w
 # model's forward over CATCH_UP_ROWS rows; 4: wide half-precision calls through fp32 (models/wide_linear.py);
 # 5: a draft model's forward over PREFILL_ROWS rows; 6: one-row half-precision calls on the faster kernel
 # (models/one_row_linear.py); 7: int4 prefills dequantize from 256 rows (models/quant_kernels.py), and a draft model's
-# forward is timed over 256 rows too
+# forward is timed over 256 rows too, and every width twice, the faster kept (a stall only adds time)
 # A draft model is also timed over this many rows at once: what it pays to catch up after plain steps or to prefill
 # a prompt (StepCosts.catch_up_s), which the controller weighs before drafting (decode/controller.py).
 CATCH_UP_ROWS = 64
-# ... and, once each, over these many (a long prompt's prefill; beyond the longest the curve goes on linearly). 256:
+# ... and, twice each, over these many (a long prompt's prefill; beyond the longest the curve goes on linearly). 256:
 # the shortest prompt window (decode/draft_model.py), and where an int4 drafter's calls start dequantizing
 # (quant_kernels.INT4_DEQUANT_ROWS), which a line from 64 rows to 512 would miss.
 PREFILL_ROWS = (256, 512, 1024)
@@ -246,10 +246,11 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
         wide = measure_row_costs_by_context(body, widths, [base], repeats=2, warmup=1)[base]
         # A prompt's prefill costs more per row the longer it is (each row attends over the rows before it): a
         # line through 1 and 64 rows put a 0.5B drafter's prefill over a 3,754-token prompt at 8.7 s where it took
-        # 19.8 s (AVX512 EPYC, bf16). Longer widths, once each (the kernels are warm by now), extend the curve.
+        # 19.8 s (AVX512 EPYC, bf16). Longer widths, twice each (the kernels are warm by now; the faster time is
+        # kept: measure_row_costs_by_context), extend the curve.
         longer = [n for n in PREFILL_ROWS if n > wide_rows and (limit is None or n <= limit - base - 1)]
         if longer:
-            wide.update(measure_row_costs_by_context(body, longer, [base], repeats=1, warmup=0)[base])
+            wide.update(measure_row_costs_by_context(body, longer, [base], repeats=2, warmup=0)[base])
             widths += longer
         extras = {n: max(wide[n] - wide[1], 0.0) for n in widths[1:]}
         # The prefill widths lie beyond any fp32 bend, on the widest short width's side: never cheaper than it or

@@ -334,7 +334,7 @@ def measure_row_costs_by_context(model: torch.nn.Module, rows: Iterable[int], co
             # look dear. (tune's rounds after its first call none: measure.py.)
             for n in (rows if warmup > 0 else ()):
                 forward(torch.randint(0, vocab, (1, n), generator=gen).to(device), context)()
-        # Interleaved rounds (every row count once per round, the median per row count): a slow spell of another
+        # Interleaved rounds (every row count once per round, the lower median per row count): a slow spell of another
         # process slows one round of all row counts, not a few row counts' every repeat, so the curve's shape,
         # which the controller decides by, survives it.
         counts = later_rows if out else rows
@@ -349,5 +349,9 @@ def measure_row_costs_by_context(model: torch.nn.Module, rows: Iterable[int], co
                 if i >= warmup:
                     times[n].append(time.perf_counter() - start)
                 undo()
-        out[context] = {n: sorted(t)[len(t) // 2] for n, t in times.items()}
+        # The lower median: of two repeats the faster, of one the one. A stall only adds time, and a draft model's
+        # forwards over many rows are timed twice (decode/cost_measure.py): measured with the upper one, a
+        # 25-second stall in a 256-row forward, right after another run's process exited, stood in a cached table as
+        # the drafter's prefill and would have kept `auto` from drafting any long prompt.
+        out[context] = {n: sorted(t)[(len(t) - 1) // 2] for n, t in times.items()}
     return out
