@@ -334,9 +334,9 @@ def measure_row_costs_by_context(model: torch.nn.Module, rows: Iterable[int], co
             # look dear. (tune's rounds after its first call none: measure.py.)
             for n in (rows if warmup > 0 else ()):
                 forward(torch.randint(0, vocab, (1, n), generator=gen).to(device), context)()
-        # Interleaved rounds (every row count once per round, the lower median per row count): a slow spell of another
-        # process slows one round of all row counts, not a few row counts' every repeat, so the curve's shape,
-        # which the controller decides by, survives it.
+        # Interleaved rounds (every row count once per round, the lower median per row count): a slow spell of
+        # another process slows one round of all row counts, not a few row counts' every repeat, so the curve's
+        # shape, which the controller decides by, survives it.
         counts = later_rows if out else rows
         ids = {n: torch.randint(0, vocab, (1, n), generator=gen).to(device) for n in counts}
         times: dict[int, list[float]] = {n: [] for n in counts}

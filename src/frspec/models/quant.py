@@ -11,9 +11,10 @@ symmetric, w = value * scale with values -127..127.
 Activations stay in the model's float dtype; only the weights are quantized. From `quant_kernels.INT4_DEQUANT_ROWS`
 (`INT8_DEQUANT_ROWS`) rows on, a prompt's prefill, a layer dequantizes its weight for the call and runs the float
 GEMM, since the weight-only kernels slow down with rows (through fp32 where this machine's half GEMM is slow:
-models/wide_linear.py; int4 then from `INT4_DEQUANT_ROWS_WIDENED`, `int4_dequantizes`). Speculative decoding stays lossless relative to the
-quantized target: vanilla and speculative decoding prefill the same prompt alike, and every decode forward (one row,
-or a draft's few rows to verify) runs the kernel, so greedy output with a draft equals the quantized target's own.
+models/wide_linear.py; int4 then from `INT4_DEQUANT_ROWS_WIDENED`, `int4_dequantizes`). Speculative decoding stays
+lossless relative to the quantized target: vanilla and speculative decoding prefill the same prompt alike, and every
+decode forward (one row, or a draft's few rows to verify) runs the kernel, so greedy output with a draft equals the
+quantized target's own.
 """
 
 from __future__ import annotations
