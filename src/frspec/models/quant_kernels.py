@@ -93,7 +93,7 @@ def pack_int4_cpu(codes: torch.Tensor) -> torch.Tensor:
 # From this many rows on (a prompt's prefill, a drafter's window of it), a quantized matmul dequantizes its weight and
 # runs the float GEMM: the weight-only kernels are built for a few rows and their cost grows with them, while
 # dequantizing costs a fixed time per weight. int4: unpacking the packing (`unpack_int4_cpu`) and one fused
-# multiply-add, 6 ms per 4864 x 896 weight and 29 ms per 8960 x 1536 on the AVX-512 EPYC (from 28 and 90 ms with the
+# multiply-add, 6 ms per 4864 x 896 weight and 19 ms per 8960 x 1536 on the AVX-512 EPYC (from 28 and 90 ms with the
 # general gather), so the dequantized GEMM wins from about 200-256 rows there (scripts/quant_prefill.py,
 # docs/quantization.md "Prefill"); int8: a cast, ~4 ms, from 128 rows (the 2-core Xeon). Where this machine's half
 # GEMM is slow and wide calls go through fp32 (the AVX2 EPYC: models/wide_linear.py), int4 keeps the 768 rows
