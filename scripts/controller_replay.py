@@ -15,11 +15,11 @@ target's own tokens), so a chain's outcome is known for any length and size. Its
 ranking of 65,536 ids.
 
 `replay` plays the engine's loop (engine.py `_controlled_step`) for each prompt in order, carrying confidence bins
-and worth from request to request as a generator does: drafter-prefill decision, choose, chain_rule over the picks'
-probabilities, observe, count_saving; times every step at the run's cost table (`controller_costs`, as measured;
-not recalibrated, so no timing drafts). It prints per prompt auto's time against vanilla's and the static chains of 3
-(map 32k, 64k, none), then per dataset auto against the best of those rows. `--set controller.NAME=VALUE` sets a
-module constant first (e.g. `--set POSITION_DRAFTS=4.0`).
+and worth from request to request as a generator does: drafter-prefill decision (a late one too), choose, chain_rule
+over the picks' probabilities, observe, count_saving; times every step at the run's cost table (`controller_costs`,
+as measured; not recalibrated, so no timing drafts). It prints per prompt auto's time against vanilla's and the
+static chains of 3 (map 32k, 64k, none), then per dataset auto against the best of those rows. `--set
+controller.NAME=VALUE` sets a module constant first (e.g. `--set POSITION_DRAFTS=4.0`).
 
 Left out, so read ratios as the controller's choices at the table's costs, not a timed run: a prompt window's
 drafts (replayed as the whole prompt's, flagged W), a chain's picks after its first rejection (replayed at the
@@ -129,10 +129,16 @@ class Replay:
                                        worth=self.worth.get(kind))
         controller.observe_prompt(state, record["prompt_ranks"])
         drafter_prompt = controller.drafter_prefill_tokens(state, self.costs, prompt, len(answer), WINDOWS)
-        seconds, i, lengths = self.prefill_s(drafter_prompt), 1, [0] * (self.settings.max_depth + 1)
+        # A draft model prefills late, after this many tokens (the engine's _late_prefill), decided again then.
+        late = controller.plain_tokens_first(state, self.costs, drafter_prompt) if drafter_prompt else 0
+        seconds, i, lengths = self.prefill_s(0 if late else drafter_prompt), 1, [0] * (self.settings.max_depth + 1)
         while i < len(answer):
             remaining, context = len(answer) - i, prompt + i
-            if not drafter_prompt:
+            if late and i >= late:
+                late, drafter_prompt = 0, controller.drafter_prefill_tokens(state, self.costs, prompt, remaining,
+                                                                            WINDOWS)
+                seconds += self.prefill_s(drafter_prompt)
+            if not drafter_prompt or late:
                 seconds += self.step_s(0, 0, context)
                 i += 1
                 continue

@@ -411,6 +411,29 @@ def test_what_drafting_saved_on_earlier_requests_of_a_kind_scales_the_saving_a_p
     assert state.saved_s == pytest.approx(4 * plain - 2 * two - mid.catch_up_s(5))
 
 
+def test_a_late_drafter_prefill_waits_until_the_plain_tokens_forgo_a_share_of_it():
+    from frspec.decode.controller import LATE_PREFILL_SHARE, CarriedWorth, drafter_prefill_tokens, plain_tokens_first
+
+    settings = ControllerSettings(sizes=SIZES)
+    mid = costs(lambda n: 0.3 + 0.12 * (n - 1))  # 0.044 s a token expected at the prior; the drafter's prefill
+    # 0.81 s over 100 prompt tokens, 4.81 s over 600 (the tests above)
+
+    def plain_first(prompt_tokens, max_new_tokens, worth=None):
+        state = new_request(settings, worth=worth)
+        return plain_tokens_first(state, mid, drafter_prefill_tokens(state, mid, prompt_tokens, max_new_tokens))
+
+    assert LATE_PREFILL_SHARE == 0.05
+    assert plain_first(600, 256) == 5  # 5 x 0.044 s forgone <= 5% of 4.81 s < 6 x 0.044 s
+    assert plain_first(600, 256, CarriedWorth(3.0, 1.0)) == 2  # saving twice as much a token: fewer wait
+    assert plain_first(100, 64) == 0  # 5% of 0.81 s is less than one token's saving: no wait
+    assert plain_first(2000, 64) == 0  # no prefill at all
+    # Before the saving is estimated, or with nothing to prefill, nothing waits.
+    assert plain_tokens_first(new_request(settings), mid, 600) == 0
+    state = new_request(settings)
+    drafter_prefill_tokens(state, mid, 600, 256)
+    assert plain_tokens_first(state, mid, 0) == 0
+
+
 def test_the_prompts_tokens_are_evidence_of_coverage_before_the_first_step():
     from frspec.decode.controller import PROMPT_TOKEN_WEIGHT, PROMPT_WINDOW, observe_prompt
 

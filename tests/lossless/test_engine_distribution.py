@@ -104,6 +104,39 @@ def test_engine_samples_follow_the_target_with_k_changing_every_step(target, ref
 
 
 @pytest.mark.lossless_heavy
+def test_engine_samples_follow_the_target_with_the_drafter_prefilled_late(target, reference, monkeypatch):
+    """A draft model that prefills late (controller.plain_tokens_first, forced to 2): x2 comes from a plain step,
+    then the drafter reads the prompt and x1 x2, and x3 is drafted (with x4) in a speculative step. Same power as
+    above (a TV of E2E_TV, power 0.9, alpha 1e-3; asserted)."""
+    from frspec.decode import engine
+    from frspec.decode.controller import Plan, _record
+    from frspec.decode.step_costs import StepCosts
+
+    costs = StepCosts({n: 1.0 for n in range(1, 4)}, {1: 0.01}, {V: {1: 0.001}}, full_size=V)
+    generator = build_generator(target, draft=noisy_copy(target, 0.3, seed=1), token_map_size="auto", costs=costs,
+                                recalibrate_costs=False)
+    late_prefills = []
+
+    def schedule(state, step_costs, remaining=None, context=None):
+        return _record(state, Plan(min(2, max((remaining or 1) - 1, 0)), state.settings.sizes[-1]))
+
+    def late_prefill(*args):
+        late_prefills.append(args)
+        return real_late_prefill(*args)
+
+    monkeypatch.setattr(engine, "choose", schedule)
+    monkeypatch.setattr(engine, "plain_tokens_first", lambda state, step_costs, prefill_tokens: 2)
+    real_late_prefill = generator._late_prefill
+    monkeypatch.setattr(generator, "_late_prefill", late_prefill)
+    n = e2e_sample_size(reference)
+    counts, accepted = sample_second_and_third(generator, PROMPT, n, V, dict(temperature=T, top_k=K, top_p=P))
+    assert len(late_prefills) == n and accepted > n // 8, "every request must prefill late, then draft"
+    tv = check_distribution(counts, reference, "engine draft with a late prefill")
+    if SCALE >= 1:
+        assert tv <= E2E_TV, tv
+
+
+@pytest.mark.lossless_heavy
 def test_engine_samples_follow_the_target_when_a_chains_length_depends_on_its_draws(target, reference, monkeypatch):
     """A chain that stops after its first token when the draft gave that token less than 0.4, and drafts a second
     otherwise (the controller's chain_rule stops on the drafter's confidence in what it drew): the length of the

@@ -1,8 +1,14 @@
-"""A draft model that read only a window of a long prompt (decode/draft_model.py: its first half from the prompt's
-start, its second from the end) proposes from less context, never wrongly: greedy fp32 output stays token for token
-the target's, for chains with plain steps between (the drafter then falls behind and catches up) and for trees, and
-the windowed drafter proposes exactly what a drafter given the shortened prompt itself proposes. Its drafting is timed
-at its own, shorter context."""
+"""What a draft model's prefill reads changes what it proposes from, never what is emitted.
+
+A window of a long prompt (decode/draft_model.py: its first half from the prompt's start, its second from the end):
+greedy fp32 output stays token for token the target's, for chains with plain steps between (the drafter then falls
+behind and catches up) and for trees, and the windowed drafter proposes exactly what a drafter given the shortened
+prompt itself proposes. Its drafting is timed at its own, shorter context.
+
+A late prefill (decode/controller.py, `plain_tokens_first`: the request first decodes a few tokens plainly, then the
+drafter reads the prompt and those tokens): token for token too, whole prompt or window, and a request whose answer
+ends before that prefill never runs the drafter. Heads that read the target's states at the prompt's positions
+(EAGLE, MTP) cannot prefill late and never do. (Sampling: test_engine_distribution.py.)"""
 
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from frspec.decode.kv_cache import cache_length
 from frspec.decode.sampling import SamplingParams, make_generator
 from frspec.decode.step_costs import StepCosts
 from frspec.errors import FrspecError
-from tests.decode.eagle_tiny import mostly_bigram
+from tests.decode.eagle_tiny import mostly_bigram, oracle_eagle2_head
 from tests.decode.spec_tiny import hf_greedy, noisy_copy, tiny_lm
 from tests.lossless.decode_adapter import TreeShape, build_generator
 
@@ -160,3 +166,60 @@ def test_an_eagle_head_reads_no_window(target):
     assert generator.drafter.prompt_windows == ()
     with pytest.raises(FrspecError, match="EAGLE head reads the whole prompt"):
         generator.drafter.prefill(torch.zeros((1, 8), dtype=torch.long), window=4)
+
+
+LATE = 6  # tokens emitted (the target prefill's first one included) before a late drafter prefill
+
+
+@pytest.fixture
+def late(monkeypatch):
+    monkeypatch.setattr(_engine, "plain_tokens_first", lambda state, costs, prefill_tokens: LATE)
+
+
+@pytest.mark.parametrize("window", [None, WINDOW], ids=["whole", "window"])
+def test_greedy_identity_with_the_drafter_prefilled_after_plain_tokens(target, prompts_and_refs, late, monkeypatch,
+                                                                      window):
+    prompts, refs = prompts_and_refs
+    if window is not None:  # the controller's choice, at the start and again at the late prefill
+        monkeypatch.setattr(_engine, "drafter_prefill_tokens", lambda state, costs, prompt, new, windows: window)
+    generator = build_generator(target, draft=noisy_copy(target, 0.05, seed=1), costs=FLAT,
+                                recalibrate_costs=False, token_map_size="auto")
+    accepted = 0
+    for prompt, ref in zip(prompts, refs):
+        out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+        assert out.token_ids == ref, f"prompt of {len(prompt)}"
+        stats = out.stats
+        assert stats.draft_prompt_tokens == (window or len(prompt)) and stats.draft_prefill_time_s > 0
+        # The first LATE - 1 steps were plain; the drafter's own forwards came after them.
+        assert stats.chosen_depth_histogram[0] >= LATE - 1
+        assert generator.drafter.skipped == (len(prompt) - window if window else 0)
+        assert cache_length(generator.drafter.cache) <= (window or len(prompt)) + NEW
+        accepted += sum(stats.accepted_per_position)
+    assert accepted > 0, "no draft was ever accepted: the identity check would be vacuous"
+
+
+def test_a_request_whose_answer_ends_before_the_late_prefill_never_runs_the_drafter(target, prompts_and_refs, late):
+    prompts, refs = prompts_and_refs
+    generator = build_generator(target, draft=noisy_copy(target, 0.05, seed=1), costs=FLAT,
+                                recalibrate_costs=False, token_map_size="auto")
+    prompt, ref = prompts[0], refs[0]
+    stop = ref[LATE - 3]  # its first emission ends the request within the plain tokens
+    end = ref.index(stop) + 1
+    assert end < LATE
+    out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[stop])
+    assert out.token_ids == ref[:end] and out.finish_reason == "eos"
+    assert out.stats.draft_prompt_tokens == 0 and out.stats.draft_prefill_time_s == 0.0
+    assert generator.drafter.steps == 0 and cache_length(generator.drafter.cache) == 0
+    # The same request with the drafter prefilled late does draft once its answer goes on.
+    out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+    assert out.token_ids == ref and generator.drafter.steps > 0
+
+
+def test_a_head_that_reads_the_targets_prompt_states_prefills_with_the_target(target, prompts_and_refs, late):
+    prompts, refs = prompts_and_refs
+    generator = build_generator(target, eagle=oracle_eagle2_head(target), costs=FLAT, recalibrate_costs=False,
+                                token_map_size="auto")
+    assert not generator.drafter.late_prefill
+    out = generator.generate(input_ids=prompts[0], max_new_tokens=NEW, eos_token_ids=[])
+    assert out.token_ids == refs[0]
+    assert out.stats.draft_prompt_tokens == len(prompts[0]) and out.stats.chosen_depth_histogram[0] < LATE - 1

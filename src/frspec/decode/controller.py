@@ -59,6 +59,12 @@ model may read only a window of it (its start and its last tokens, decode/draft_
 drafter that sees less, taken where drafting wins that back. The estimate before the first step rests on one prior
 acceptance for every request, so what drafting then saved, against what was expected, carries to the next requests
 of the kind (sampling settings and the class of the prompt's length) and scales their expectation (`carry_worth`).
+A drafter that can prefill late (a draft model reads tokens only: `Drafter.late_prefill`) first decodes a few tokens
+plainly (`plain_tokens_first`), and its prefill then reads the prompt and those tokens, decided again over the tokens
+left: a request whose answer ends within them never pays that prefill, and one that goes on forgoes what drafting
+them would have saved, at most `LATE_PREFILL_SHARE` of the prefill. (Measured on the int4 pair at temperature 1.0,
+docs/benchmarks.md: a sampled answer to a 1,005-token code prompt ended after 9 tokens, behind a 3.05 s drafter
+prefill, and ran 2.26 tokens/s where vanilla's ran 9.4.)
 
 The machine's costs are a table measured once (decode/step_costs.py); the engine rescales it from its own timed
 forwards between requests (decode/cost_calibration.py). A row count timed fewer than
@@ -174,6 +180,12 @@ WORTH_TOKENS = 64
 # prior expected on MT-Bench's 51-61-token questions, 1.55-2.12x on code files of 1,005-1,309 tokens and 2.5-3.2x on
 # translations of 612-638 tokens: requests whose answers draw on a long prompt are drafted better.
 PROMPT_CLASSES = (128, 512, 2048)
+# The plain tokens a request decodes before a late drafter prefill (`plain_tokens_first`) forgo, at the saving a token
+# is expected to make, at most this share of that prefill's time: deferring pays where more than this share of
+# requests end within those tokens (a fixed cost against a per-token one, for a length not known in advance). At 5%,
+# at a greedy int4 mix's estimates (AVX-512 EPYC): a 1,005-token code prompt (a 3.0 s prefill, 0.016 s expected a
+# token) waits 9 tokens, a 612-token translation (1.95 s, 0.015 s) 6, a 51-token question (0.26 s, 0.005 s) 2.
+LATE_PREFILL_SHARE = 0.05
 
 
 # Per CONFIDENCE_EDGES bin: decayed acceptance of the drafts drawn at that draft probability, and decayed drafts.
@@ -496,6 +508,18 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
         if saved * state.worth * max_new_tokens > costs.drafter_prefill_s(tokens):
             return tokens
     return 0
+
+
+def plain_tokens_first(state: ControllerState, costs: StepCosts, prefill_tokens: int) -> int:
+    """How many tokens (the target prefill's first one included) a request whose drafter can prefill late emits
+    before the drafter's prefill over `prefill_tokens` of its prompt (module docstring): as many as forgo, at the
+    saving per token `drafter_prefill_tokens` expected (scaled by the carried worth), LATE_PREFILL_SHARE of that
+    prefill's time. Since a request prefills only where its expected saving over all its tokens wins the prefill
+    back, that is under LATE_PREFILL_SHARE of its tokens."""
+    per_token = (state.expected_saving or 0.0) * state.worth
+    if not prefill_tokens or per_token <= 0.0:
+        return 0
+    return int(LATE_PREFILL_SHARE * costs.drafter_prefill_s(prefill_tokens) / per_token)
 
 
 def count_saving(state: ControllerState, costs: StepCosts, drafted: int, size: int, emitted: int,

@@ -65,6 +65,7 @@ class DraftModelDrafter(Drafter):
 
     kind = "draft"
     prompt_windows = PROMPT_WINDOWS
+    late_prefill = True
 
     def __init__(self, model: torch.nn.Module, token_map: TokenMap | None = None, context_rows: int = 0,
                  context_budget: str = "fixed", ranked: bool = False, head_quant: str | None = None):

@@ -42,6 +42,10 @@ class Drafter:
     # Windows of a long prompt `prefill` can read instead of all of it, longest first (a draft model's own cache:
     # draft_model.py); none for drafters that read the target's states at every position (EAGLE, MTP).
     prompt_windows: tuple[int, ...] = ()
+    # Whether `prefill` may run after plain steps, over the prompt and the tokens they emitted (a draft model reads
+    # tokens only); EAGLE and MTP heads read the target's states at the prompt's positions, handed over only in the
+    # target's prefill.
+    late_prefill: bool = False
     # Prompt tokens this request's prefill left out of the drafter's own context (a window): its forwards run that
     # many positions short of the target's.
     skipped: int = 0
@@ -87,7 +91,8 @@ class Drafter:
 
     def prefill(self, context: torch.Tensor, window: int | None = None) -> None:
         """Process the prompt [1, L] before the first proposal (timed by the engine as prefill, not drafting); with
-        `window` (one of `prompt_windows`), only that many of its tokens."""
+        `window` (one of `prompt_windows`, plus any tokens plain steps emitted before a `late_prefill`), only that
+        many of its tokens."""
         raise NotImplementedError
 
     def propose(

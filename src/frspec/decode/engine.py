@@ -16,7 +16,7 @@ from frspec.decode.acceptance import chain_acceptance
 from frspec.decode.controller import (
     PROMPT_WINDOW, CarriedWorth, ConfidenceBins, ControllerSettings, ControllerState, Plan, carried_confidence,
     carry_worth, chain_rule, choose, count_saving, drafter_prefill_tokens, new_request, observe, observe_prompt,
-    request_kind, speculation_can_pay, step_shape, target_rows,
+    plain_tokens_first, request_kind, speculation_can_pay, step_shape, target_rows,
 )
 from frspec.decode.cost_calibration import StepTimings, save_timings
 from frspec.decode.drafter import Drafter
@@ -232,10 +232,12 @@ class SpeculativeGenerator:
         control = self._new_control(request.sampling, request.prompt_ids)
         drafter_prompt = self._drafter_prompt(control, len(request.prompt_ids), request.max_new_tokens)
         plain = drafter_prompt == 0
+        # Tokens emitted (plainly) before a late drafter prefill; 0: the drafter prefills with the target.
+        late = 0 if plain else self._plain_first(control, drafter_prompt)
         timed = StepTimings(self.measured_costs) if self.timings is not None else None  # this request's, for the costs
         if request.max_new_tokens > 0:
             state = self._start(request.prompt_ids, request.max_new_tokens, request.sampling)
-            new, step = [self._prefill(state, stats, drafter_prompt)], None
+            new, step = [self._prefill(state, stats, 0 if late else drafter_prompt)], None
             while True:
                 kept = len(new)
                 eos_at = next((j for j, token in enumerate(new) if token in request.eos_ids), None)
@@ -260,9 +262,12 @@ class SpeculativeGenerator:
                     break
                 remaining = request.max_new_tokens - len(generated)
                 context = state.length
+                if late and len(generated) >= late:
+                    late, drafter_prompt = 0, self._late_prefill(state, stats, control, remaining)
+                    plain = drafter_prompt == 0
                 if control is None:
                     step = self._step(state, remaining)
-                elif plain:
+                elif plain or late:
                     step = self._plain_step(state, remaining)
                     stats.record_choice(0, 0)
                 else:
@@ -311,6 +316,35 @@ class SpeculativeGenerator:
         if self.plain_only:
             return 0
         return drafter_prefill_tokens(control, self.costs, prompt_tokens, max_new_tokens, self.drafter.prompt_windows)
+
+    def _plain_first(self, control: ControllerState | None, drafter_prompt: int) -> int:
+        """How many tokens a request emits plainly before the drafter's prefill, where the drafter can prefill late
+        (controller.plain_tokens_first); 0 where it prefills with the target."""
+        if control is None or not self.drafter.late_prefill:
+            return 0
+        return plain_tokens_first(control, self.costs, drafter_prompt)
+
+    @torch.inference_mode()
+    def _late_prefill(self, state: DecodeState, stats: GenerationStats, control: ControllerState,
+                      remaining: int) -> int:
+        """The drafter's prefill after the plain steps `_plain_first` chose, over the prompt and the tokens they
+        emitted, decided again (controller.drafter_prefill_tokens) over the `remaining` tokens: how many prompt
+        tokens it read (a window grows by the emitted ones), 0 where the request stays plain."""
+        tokens = drafter_prefill_tokens(control, self.costs, stats.prompt_tokens, remaining,
+                                        self.drafter.prompt_windows)
+        if tokens:
+            self._prefill_drafter(state, stats, tokens)
+        return tokens
+
+    def _prefill_drafter(self, state: DecodeState, stats: GenerationStats, prompt_tokens: int) -> None:
+        """The drafter's prefill over `prompt_tokens` of the prompt (fewer than all of it: a window) and the tokens
+        the request emitted before it (a late prefill's plain ones; none at the target's prefill), timed apart from
+        the target's: it is speculation's cost (GenerationStats.decode_tokens_per_s)."""
+        emitted = state.length - 1 - stats.prompt_tokens  # all but the pending token, which the first draft reads
+        start = now(self.device)
+        prefill_drafter(self.drafter, state, prompt_tokens + emitted if prompt_tokens < stats.prompt_tokens else None)
+        stats.draft_prefill_time_s = now(self.device) - start
+        stats.draft_prompt_tokens = prompt_tokens
 
     def _new_control(self, sampling: SamplingParams, prompt_ids: list[int]) -> ControllerState | None:
         if self.controller is None:
@@ -385,17 +419,14 @@ class SpeculativeGenerator:
     @torch.inference_mode()
     def _prefill(self, state: DecodeState, stats: GenerationStats, drafter_prompt: int) -> int:
         """The prefill: the target's, and the drafter's over `drafter_prompt` of the prompt's tokens (0: none, a
-        request that will never draft; fewer than the prompt: a window, `_drafter_prompt`), each timed apart: the
-        drafter's is speculation's cost (GenerationStats.decode_tokens_per_s)."""
+        request that will never draft or whose drafter prefills later, `_late_prefill`; fewer than the prompt: a
+        window, `_drafter_prompt`), each timed apart (`_prefill_drafter`)."""
         drafter = self.drafter if drafter_prompt else None
         start = now(self.device)
         first = prefill_target(self.target, drafter, state, self.hidden_layers if drafter else None)
         stats.prefill_time_s = now(self.device) - start
         if drafter is not None:
-            start = now(self.device)
-            prefill_drafter(drafter, state, drafter_prompt if drafter_prompt < stats.prompt_tokens else None)
-            stats.draft_prefill_time_s = now(self.device) - start
-        stats.draft_prompt_tokens = drafter_prompt
+            self._prefill_drafter(state, stats, drafter_prompt)
         return first
 
     @torch.inference_mode()
