@@ -72,18 +72,23 @@ def chain_acceptance(
     if sampling.is_greedy:  # the outcome given the prefix is certain: only the drawn record
         best = rows.float().argmax(-1).tolist()  # verify.py's greedy token
         return None, [float(tree.tokens[child] == b) for (_, child), b in zip(reached, best)]
-    probs = logits_to_probs(rows, sampling).double()  # as verify.py does
+    # The controller's estimates, not the verifier's test: float32 probabilities as verify.py computes them, summed
+    # in float64, with no float64 copy of the [n, V] rows (making one cost this function most of its ~5 ms a step
+    # over a 152k vocabulary; now about 1 ms).
+    probs = logits_to_probs(rows, sampling)
+    masses = [1.0] * len(reached) if inside is None else \
+        probs.masked_fill(~inside.to(probs.device), 0.0).sum(-1, dtype=torch.float64).tolist()
     expected, drawn = [], []
-    for (node, child), p in zip(reached, probs):
+    for (node, child), p, mass in zip(reached, probs, masses):
         x = tree.tokens[child]
         q = tree.child_probs.get(node)
         if q is None:  # a deterministic child: its proposal is all mass on x
             beta, r = float(p[x]), 1.0
         else:
-            q = q.to(device=p.device, dtype=torch.float64)
-            q = q / q.sum()
-            beta, r = float(torch.minimum(p, q).sum()), float(q[x])
-        mass = 1.0 if inside is None else float(p[inside.to(p.device)].sum())
+            q = q.to(device=p.device, dtype=p.dtype)
+            total = float(q.sum(dtype=torch.float64))
+            beta = float(torch.minimum(p * total, q).sum(dtype=torch.float64)) / total
+            r = float(q[x]) / total
         expected.append((min(beta, mass), mass))
         drawn.append(min(1.0, float(p[x]) / r) if r > 0 else 0.0)
     return expected, drawn
