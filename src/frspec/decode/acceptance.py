@@ -73,8 +73,8 @@ def chain_acceptance(
         best = rows.float().argmax(-1).tolist()  # verify.py's greedy token
         return None, [float(tree.tokens[child] == b) for (_, child), b in zip(reached, best)]
     # The controller's estimates, not the verifier's test: float32 probabilities as verify.py computes them, summed
-    # in float64, with no float64 copy of the [n, V] rows (making one cost this function most of its ~5 ms a step
-    # over a 152k vocabulary; now about 1 ms).
+    # in float64, with no float64 copy of the [n, V] rows: 1.1 ms for three nodes over a 152k vocabulary, 1.6 ms
+    # with the copies (2-core AMD EPYC, AVX-512).
     probs = logits_to_probs(rows, sampling)
     masses = [1.0] * len(reached) if inside is None else \
         probs.masked_fill(~inside.to(probs.device), 0.0).sum(-1, dtype=torch.float64).tolist()
