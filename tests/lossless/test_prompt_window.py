@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from frspec.decode import engine as _engine
+from frspec.decode.answer_lengths import LENGTH_HISTORY
 from frspec.decode.controller import Plan, _record
 from frspec.decode.draft_model import DraftModelDrafter
 from frspec.decode.kv_cache import cache_length
@@ -53,7 +54,7 @@ def prompts_and_refs(target):
 def windowed(monkeypatch):
     """Every request's drafter reads a WINDOW-token window of its prompt (the controller's choice, forced), and
     chains alternate with plain steps (after which the drafter catches up on the tokens it did not see)."""
-    monkeypatch.setattr(_engine, "drafter_prefill_tokens", lambda state, costs, prompt, new, windows: WINDOW)
+    monkeypatch.setattr(_engine, "drafter_prefill_tokens", lambda state, costs, prompt, new, windows, **_: WINDOW)
     depths = itertools.cycle((3, 0, 2, 0, 0, 1))
 
     def schedule(state, costs, remaining=None, context=None):
@@ -69,7 +70,7 @@ def test_greedy_identity_with_the_drafter_prefilled_over_a_window(target, prompt
     generator = build_generator(target, draft=noisy_copy(target, 0.05, seed=1), costs=FLAT,
                                 recalibrate_costs=False, tree=tree, token_map_size=None if tree else "auto")
     if tree is not None:  # a fixed tree has no controller: force the window where the engine reads it
-        generator._drafter_prompt = lambda control, prompt_tokens, max_new: WINDOW
+        generator._drafter_prompt = lambda control, prompt_tokens, max_new, expected: WINDOW
     accepted = plain = 0
     for prompt, ref in zip(prompts, refs):
         out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
@@ -181,7 +182,7 @@ def test_greedy_identity_with_the_drafter_prefilled_after_plain_tokens(target, p
                                                                       window):
     prompts, refs = prompts_and_refs
     if window is not None:  # the controller's choice, at the start and again at the late prefill
-        monkeypatch.setattr(_engine, "drafter_prefill_tokens", lambda state, costs, prompt, new, windows: window)
+        monkeypatch.setattr(_engine, "drafter_prefill_tokens", lambda state, costs, prompt, new, windows, **_: window)
     generator = build_generator(target, draft=noisy_copy(target, 0.05, seed=1), costs=FLAT,
                                 recalibrate_costs=False, token_map_size="auto")
     accepted = 0
@@ -223,3 +224,37 @@ def test_a_head_that_reads_the_targets_prompt_states_prefills_with_the_target(ta
     out = generator.generate(input_ids=prompts[0], max_new_tokens=NEW, eos_token_ids=[])
     assert out.token_ids == refs[0]
     assert out.stats.draft_prompt_tokens == len(prompts[0]) and out.stats.chosen_depth_histogram[0] < LATE - 1
+
+
+def test_a_request_whose_kind_ends_early_skips_a_prefill_that_only_a_full_answer_wins_back(target, prompts_and_refs):
+    """Under the costs of the window test above, drafting over a full 24-token answer wins back a whole prefill of
+    a prompt under 2 x WINDOW tokens. After two answers of that kind (greedy, a short prompt) ended at their second
+    token, a request is expected to emit (24 + 2 + 2) / 3 tokens (decode/answer_lengths.py): it decodes plainly,
+    never running the drafter, and still emits the target's own tokens. Answers that run to the cap bring the
+    prefill back (here the fifth: the expectation then (24 + 2 + 2 + 5 x 24) / 8 = 18.5 tokens)."""
+    prompts, refs = prompts_and_refs
+    costs = StepCosts({n: 1.0 + 0.01 * n for n in range(1, 10)}, {1: 0.01, 64: 0.01 + 0.2 * 63},
+                      {VOCAB: {1: 0.004}}, full_size=VOCAB)
+    generator = build_generator(target, draft=noisy_copy(target, 0.05, seed=1), costs=costs,
+                                recalibrate_costs=False)
+    generator.drafter.prompt_windows = ()
+    prompt, ref = min(zip(prompts, refs), key=lambda pair: len(pair[0]))
+    assert len(prompt) < 2 * WINDOW
+    out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+    assert out.token_ids == ref and out.stats.draft_prompt_tokens == len(prompt)  # a fresh generator prefills
+    generator.carry_from(((), (), ()))  # forget it: only the two short answers below come before
+    for _ in range(2):
+        out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[ref[1]])
+        assert out.token_ids == ref[:ref.index(ref[1]) + 1] and out.finish_reason == "eos"
+    steps = generator.drafter.steps
+    out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+    assert out.token_ids == ref
+    assert out.stats.draft_prompt_tokens == 0 and out.stats.draft_prefill_time_s == 0.0
+    assert generator.drafter.steps == steps
+    full = 0
+    while out.stats.draft_prompt_tokens == 0:  # full answers: the expectation climbs back towards the cap
+        out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])
+        assert out.token_ids == ref
+        full += 1
+        assert full < LENGTH_HISTORY, "the short answers aged out and still no prefill"
+    assert out.stats.draft_prompt_tokens == len(prompt)

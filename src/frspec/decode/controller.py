@@ -470,14 +470,15 @@ def speculation_can_pay(settings: ControllerSettings, costs: StepCosts,
 
 
 def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_tokens: int, max_new_tokens: int,
-                           windows: Sequence[int] = ()) -> int:
+                           windows: Sequence[int] = (), expected_tokens: float | None = None) -> int:
     """How many of the prompt's tokens the drafter's prefill reads: the whole prompt where drafting wins that prefill
     back, else the longest of `windows` (windows a drafter can read, shorter than the prompt: DraftModelDrafter's
     `prefill`) that is won back, else 0: the request decodes plainly and the drafter never runs.
 
-    Won back: the seconds the best draft is expected to save over its `max_new_tokens` (a token's expected time,
-    plain against the best draft, at this fresh `state`'s estimates: the acceptance prior, the corpus's coverage and
-    the prompt's evidence, averaged over the request's contexts; recorded as `state.expected_saving`), scaled by what
+    Won back: the seconds the best draft is expected to save per token (a token's expected time, plain against the
+    best draft, at this fresh `state`'s estimates: the acceptance prior, the corpus's coverage and the prompt's
+    evidence, averaged over the request's contexts; recorded as `state.expected_saving`) over the `expected_tokens`
+    the request is expected to emit (decode/answer_lengths.py; default: all its `max_new_tokens`), scaled by what
     drafting saved on earlier requests of this kind against that expectation (`state.worth`, `carry_worth`), exceed
     the drafter's prefill over those tokens. The prior is one acceptance for every request, where a translation's
     drafts are accepted 0.95 of the time and a chat answer's 0.6-0.7: at the prior alone, a German prompt of 612
@@ -504,8 +505,9 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
         best = max(drafting)
         saved += max(1.0 / plain - 1.0 / best, 0.0) / len(contexts)
     state.expected_saving = saved
+    emitted = max_new_tokens if expected_tokens is None else expected_tokens
     for tokens in [prompt_tokens, *sorted((w for w in windows if w < prompt_tokens), reverse=True)]:
-        if saved * state.worth * max_new_tokens > costs.drafter_prefill_s(tokens):
+        if saved * state.worth * emitted > costs.drafter_prefill_s(tokens):
             return tokens
     return 0
 

@@ -13,6 +13,7 @@ from typing import Generator, Iterable, Iterator, Sequence
 import torch
 
 from frspec.decode.acceptance import chain_acceptance
+from frspec.decode.answer_lengths import AnswerLengths, add_answer, expected_tokens
 from frspec.decode.controller import (
     PROMPT_WINDOW, CarriedWorth, ConfidenceBins, ControllerSettings, ControllerState, Plan, carried_confidence,
     carry_worth, chain_rule, choose, count_saving, drafter_prefill_tokens, new_request, observe, observe_prompt,
@@ -147,16 +148,19 @@ class SpeculativeGenerator:
         # What drafting saved against what was expected before the first step, per sampling setting and class of
         # prompt length, carried from request to request into the drafter-prefill decision (controller.carry_worth).
         self.worth: dict[tuple, CarriedWorth] = {}
+        # How long the answers of those same kinds of request ran, for the tokens a request is expected to emit
+        # (decode/answer_lengths.py), which its drafter's prefill is weighed over.
+        self.lengths: dict[tuple, AnswerLengths] = {}
 
-    def carried(self) -> tuple[dict, dict]:
-        """What this generator's requests carry to its next ones (confidence bins, worth), as a copy to go back to
-        with `carry_from`: a benchmark that runs one prompt several times gives each run what came before the
-        first, not what the prompt itself left."""
-        return dict(self.confidence), dict(self.worth)
+    def carried(self) -> tuple[dict, dict, dict]:
+        """What this generator's requests carry to its next ones (confidence bins, worth, answer lengths), as a copy
+        to go back to with `carry_from`: a benchmark that runs one prompt several times gives each run what came
+        before the first, not what the prompt itself left."""
+        return dict(self.confidence), dict(self.worth), dict(self.lengths)
 
-    def carry_from(self, carried: tuple[dict, dict]) -> None:
+    def carry_from(self, carried: tuple[dict, dict, dict]) -> None:
         """Go on from what `carried` held (its values are not changed in place: a request replaces its entry)."""
-        self.confidence, self.worth = dict(carried[0]), dict(carried[1])
+        self.confidence, self.worth, self.lengths = dict(carried[0]), dict(carried[1]), dict(carried[2])
 
     @property
     def method(self) -> str:
@@ -230,7 +234,9 @@ class SpeculativeGenerator:
         paused = 0.0  # time the consumer of a stream spends between pieces is not generation time
         start = now(self.device)
         control = self._new_control(request.sampling, request.prompt_ids)
-        drafter_prompt = self._drafter_prompt(control, len(request.prompt_ids), request.max_new_tokens)
+        kind = _worth_key(request.sampling, len(request.prompt_ids))
+        drafter_prompt = self._drafter_prompt(control, len(request.prompt_ids), request.max_new_tokens,
+                                              expected_tokens(self.lengths.get(kind), 0, request.max_new_tokens))
         plain = drafter_prompt == 0
         # Tokens emitted (plainly) before a late drafter prefill; 0: the drafter prefills with the target.
         late = 0 if plain else self._plain_first(control, drafter_prompt)
@@ -263,7 +269,8 @@ class SpeculativeGenerator:
                 remaining = request.max_new_tokens - len(generated)
                 context = state.length
                 if late and len(generated) >= late:
-                    late, drafter_prompt = 0, self._late_prefill(state, stats, control, remaining)
+                    expected = expected_tokens(self.lengths.get(kind), len(generated), request.max_new_tokens)
+                    late, drafter_prompt = 0, self._late_prefill(state, stats, control, remaining, expected)
                     plain = drafter_prompt == 0
                 if control is None:
                     step = self._step(state, remaining)
@@ -283,9 +290,9 @@ class SpeculativeGenerator:
         self._recalibrate(timed)
         if control is not None:
             self.confidence[_confidence_key(request.sampling)] = carried_confidence(control)
-            key = _worth_key(request.sampling, len(request.prompt_ids))
             whole = drafter_prompt == len(request.prompt_ids)
-            self.worth[key] = carry_worth(self.worth.get(key), control, whole)
+            self.worth[kind] = carry_worth(self.worth.get(kind), control, whole)
+            self.lengths[kind] = add_answer(self.lengths.get(kind), len(generated), finish == "length")
         stats.tokens = len(generated)
         stats.decode_tokens = max(len(generated) - 1, 0)
         if stream:
@@ -305,17 +312,19 @@ class SpeculativeGenerator:
         save_timings(self.timings)
         self.plain_only = not speculation_can_pay(self.controller, self.costs)
 
-    def _drafter_prompt(self, control: ControllerState | None, prompt_tokens: int, max_new_tokens: int) -> int:
+    def _drafter_prompt(self, control: ControllerState | None, prompt_tokens: int, max_new_tokens: int,
+                        expected: float) -> int:
         """How many prompt tokens the drafter's prefill reads: all of them (no controller); fewer, a window, where
         the drafter can read one and only that prefill is won back; 0 where the request decodes plainly from the
         start, never running the drafter: the machine's costs rule out every draft, or no prefill the drafter can
-        do costs less than drafting is expected to save over the request's tokens
+        do costs less than drafting is expected to save over the `expected` tokens the request emits
         (controller.drafter_prefill_tokens)."""
         if control is None:
             return prompt_tokens if self.drafter is not None else 0
         if self.plain_only:
             return 0
-        return drafter_prefill_tokens(control, self.costs, prompt_tokens, max_new_tokens, self.drafter.prompt_windows)
+        return drafter_prefill_tokens(control, self.costs, prompt_tokens, max_new_tokens, self.drafter.prompt_windows,
+                                      expected_tokens=expected)
 
     def _plain_first(self, control: ControllerState | None, drafter_prompt: int) -> int:
         """How many tokens a request emits plainly before the drafter's prefill, where the drafter can prefill late
@@ -326,12 +335,13 @@ class SpeculativeGenerator:
 
     @torch.inference_mode()
     def _late_prefill(self, state: DecodeState, stats: GenerationStats, control: ControllerState,
-                      remaining: int) -> int:
+                      remaining: int, expected: float) -> int:
         """The drafter's prefill after the plain steps `_plain_first` chose, over the prompt and the tokens they
-        emitted, decided again (controller.drafter_prefill_tokens) over the `remaining` tokens: how many prompt
-        tokens it read (a window grows by the emitted ones), 0 where the request stays plain."""
+        emitted, decided again (controller.drafter_prefill_tokens) over the `remaining` tokens it may emit, of which
+        it is `expected` to emit that many: how many prompt tokens it read (a window grows by the emitted ones), 0
+        where the request stays plain."""
         tokens = drafter_prefill_tokens(control, self.costs, stats.prompt_tokens, remaining,
-                                        self.drafter.prompt_windows)
+                                        self.drafter.prompt_windows, expected_tokens=expected)
         if tokens:
             self._prefill_drafter(state, stats, tokens)
         return tokens
