@@ -337,9 +337,9 @@ class SpeculativeGenerator:
     def _late_prefill(self, state: DecodeState, stats: GenerationStats, control: ControllerState,
                       remaining: int, expected: float) -> int:
         """The drafter's prefill after the plain steps `_plain_first` chose, over the prompt and the tokens they
-        emitted, decided again (controller.drafter_prefill_tokens) over the `remaining` tokens it may emit, of which
-        it is `expected` to emit that many: how many prompt tokens it read (a window grows by the emitted ones), 0
-        where the request stays plain."""
+        emitted, decided again (controller.drafter_prefill_tokens) over the `expected` tokens of the `remaining` it
+        may still emit: how many prompt tokens it read (a window grows by the emitted ones), 0 where the request
+        stays plain."""
         tokens = drafter_prefill_tokens(control, self.costs, stats.prompt_tokens, remaining,
                                         self.drafter.prompt_windows, expected_tokens=expected)
         if tokens:
