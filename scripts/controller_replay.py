@@ -14,8 +14,9 @@ ranks in the ranked head. While a greedy chain is accepted, its picks are exactl
 target's own tokens), so a chain's outcome is known for any length and size. Its map is the bench's: the ShareGPT
 ranking of 65,536 ids.
 
-`replay` plays the engine's loop (engine.py `_controlled_step`) for each prompt in order, carrying confidence bins
-and worth from request to request as a generator does: drafter-prefill decision (a late one too), choose, chain_rule
+`replay` plays the engine's loop (engine.py `_controlled_step`) for each prompt in order, carrying confidence bins,
+worth and answer lengths from request to request as a generator does: drafter-prefill decision (a late one too; each
+weighed over the answer length the kind's earlier answers give, `--max-new-tokens` the cap), choose, chain_rule
 over the picks' probabilities, observe, count_saving; times every step at the run's cost table (`controller_costs`,
 as measured; not recalibrated, so no timing drafts). It prints per prompt auto's time against vanilla's and the
 static chains of 3 (map 32k, 64k, none), then per dataset auto against the best of those rows. `--set
@@ -36,6 +37,7 @@ import sys
 import torch
 
 from frspec.decode import controller
+from frspec.decode.answer_lengths import add_answer, expected_tokens
 from frspec.decode.step_costs import StepCosts
 
 STATIC_SIZES = (32768, 65536)  # the bench's static map rows; the whole head is added
@@ -88,7 +90,8 @@ def drafts(args) -> None:
                   f"agreement without a map {agreed:.3f}", flush=True)
             records.append(record)
     coverage = {k: vocab.coverage(k) for k in sizes} if vocab.coverage_prior is not None else {}
-    torch.save({"sizes": sizes, "coverage": coverage, "records": records, "mix": args.mix}, args.out)
+    torch.save({"sizes": sizes, "coverage": coverage, "records": records, "mix": args.mix,
+                "max_new_tokens": args.max_new_tokens}, args.out)
 
 
 class Replay:
@@ -97,7 +100,7 @@ class Replay:
     def __init__(self, costs: StepCosts, sizes, coverage):
         self.costs, self.sizes, self.coverage = costs, tuple(sizes), coverage
         self.settings = controller.ControllerSettings(sizes=self.sizes, recalibrate=False)
-        self.confidence, self.worth = None, {}
+        self.confidence, self.worth, self.lengths = None, {}, {}
 
     def step_s(self, depth: int, k: int, context: int, behind: int = 0) -> float:
         context = controller._rounded(context)
@@ -128,15 +131,18 @@ class Replay:
         state = controller.new_request(self.settings, self.coverage, 0, None, self.confidence,
                                        worth=self.worth.get(kind))
         controller.observe_prompt(state, record["prompt_ranks"])
-        drafter_prompt = controller.drafter_prefill_tokens(state, self.costs, prompt, len(answer), WINDOWS)
+        # Weighed, as the engine does, over the answer length its kind's earlier answers give (not this answer's).
+        lengths = self.lengths.get(kind)
+        drafter_prompt = controller.drafter_prefill_tokens(state, self.costs, prompt, new, WINDOWS,
+                                                           expected_tokens=expected_tokens(lengths, 0, new))
         # A draft model prefills late, after this many tokens (the engine's _late_prefill), decided again then.
         late = controller.plain_tokens_first(state, self.costs, drafter_prompt) if drafter_prompt else 0
-        seconds, i, lengths = self.prefill_s(0 if late else drafter_prompt), 1, [0] * (self.settings.max_depth + 1)
+        seconds, i, depths = self.prefill_s(0 if late else drafter_prompt), 1, [0] * (self.settings.max_depth + 1)
         while i < len(answer):
             remaining, context = len(answer) - i, prompt + i
             if late and i >= late:
-                late, drafter_prompt = 0, controller.drafter_prefill_tokens(state, self.costs, prompt, remaining,
-                                                                            WINDOWS)
+                late, drafter_prompt = 0, controller.drafter_prefill_tokens(
+                    state, self.costs, prompt, new - i, WINDOWS, expected_tokens=expected_tokens(lengths, i, new))
                 seconds += self.prefill_s(drafter_prompt)
             if not drafter_prompt or late:
                 seconds += self.step_s(0, 0, context)
@@ -159,7 +165,7 @@ class Replay:
                                record["ranks"][i : i + emitted], None, drawn)
             controller.count_saving(state, self.costs, drafted, k, emitted, context, behind)
             seconds += self.step_s(drafted, k, context, behind)
-            lengths[drafted] += 1
+            depths[drafted] += 1
             if steps:
                 print(f"    token {i:4d}: chose {plan.depth} (up to {plan.longest}) at {k}, drafted {drafted}, "
                       f"accepted {accepted}; agreement by position "
@@ -167,7 +173,8 @@ class Replay:
             i += emitted
         self.confidence = controller.carried_confidence(state)
         self.worth[kind] = controller.carry_worth(self.worth.get(kind), state, drafter_prompt == prompt)
-        return seconds, drafter_prompt, lengths
+        self.lengths[kind] = add_answer(lengths, len(answer), len(answer) >= new)
+        return seconds, drafter_prompt, depths
 
 
 def _accepted(record: dict, k: int | None, start: int, depth: int) -> int:
@@ -195,7 +202,8 @@ def replay(args) -> None:
     player = Replay(costs, sizes, data.get("coverage") or {})
     totals: dict[str, dict] = {}
     for record in data["records"]:
-        new = args.max_new_tokens or len(record["answer"])
+        # The cap the answers were generated under: an answer shorter than it ended at an EOS.
+        new = args.max_new_tokens or data.get("max_new_tokens") or len(record["answer"])
         if args.steps:
             print(record["id"])
         auto, drafter_prompt, lengths = player.auto(record, new, args.steps)

@@ -63,8 +63,8 @@ def traced(log):
         log.flush()
         return observe(state, plan, accepted, ranks, expected, drawn)
 
-    def traced_drafter_prompt(self, control, prompt_tokens, max_new_tokens):
-        tokens = drafter_prompt(self, control, prompt_tokens, max_new_tokens)
+    def traced_drafter_prompt(self, control, prompt_tokens, max_new_tokens, lengths):
+        tokens = drafter_prompt(self, control, prompt_tokens, max_new_tokens, lengths)
         if control is not None:
             write({"event": "request", "prompt_tokens": prompt_tokens, "drafter_prompt": tokens,
                    "expected_saving": control.expected_saving, "worth": control.worth})

@@ -70,7 +70,7 @@ def test_greedy_identity_with_the_drafter_prefilled_over_a_window(target, prompt
     generator = build_generator(target, draft=noisy_copy(target, 0.05, seed=1), costs=FLAT,
                                 recalibrate_costs=False, tree=tree, token_map_size=None if tree else "auto")
     if tree is not None:  # a fixed tree has no controller: force the window where the engine reads it
-        generator._drafter_prompt = lambda control, prompt_tokens, max_new, expected: WINDOW
+        generator._drafter_prompt = lambda control, prompt_tokens, max_new, lengths: WINDOW
     accepted = plain = 0
     for prompt, ref in zip(prompts, refs):
         out = generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[])

@@ -233,10 +233,10 @@ class SpeculativeGenerator:
         finish = "length"
         paused = 0.0  # time the consumer of a stream spends between pieces is not generation time
         start = now(self.device)
-        control = self._new_control(request.sampling, request.prompt_ids)
         kind = _worth_key(request.sampling, len(request.prompt_ids))
+        control = self._new_control(request.sampling, request.prompt_ids, kind)
         drafter_prompt = self._drafter_prompt(control, len(request.prompt_ids), request.max_new_tokens,
-                                              expected_tokens(self.lengths.get(kind), 0, request.max_new_tokens))
+                                              self.lengths.get(kind))
         plain = drafter_prompt == 0
         # Tokens emitted (plainly) before a late drafter prefill; 0: the drafter prefills with the target.
         late = 0 if plain else self._plain_first(control, drafter_prompt)
@@ -269,8 +269,8 @@ class SpeculativeGenerator:
                 remaining = request.max_new_tokens - len(generated)
                 context = state.length
                 if late and len(generated) >= late:
-                    expected = expected_tokens(self.lengths.get(kind), len(generated), request.max_new_tokens)
-                    late, drafter_prompt = 0, self._late_prefill(state, stats, control, remaining, expected)
+                    late, drafter_prompt = 0, self._late_prefill(state, stats, control, len(generated), remaining,
+                                                                 self.lengths.get(kind))
                     plain = drafter_prompt == 0
                 if control is None:
                     step = self._step(state, remaining)
@@ -313,18 +313,18 @@ class SpeculativeGenerator:
         self.plain_only = not speculation_can_pay(self.controller, self.costs)
 
     def _drafter_prompt(self, control: ControllerState | None, prompt_tokens: int, max_new_tokens: int,
-                        expected: float) -> int:
+                        lengths: AnswerLengths | None) -> int:
         """How many prompt tokens the drafter's prefill reads: all of them (no controller); fewer, a window, where
         the drafter can read one and only that prefill is won back; 0 where the request decodes plainly from the
         start, never running the drafter: the machine's costs rule out every draft, or no prefill the drafter can
-        do costs less than drafting is expected to save over the `expected` tokens the request emits
-        (controller.drafter_prefill_tokens)."""
+        do costs less than drafting is expected to save over the tokens the request is expected to emit (its kind's
+        answer `lengths`; controller.drafter_prefill_tokens)."""
         if control is None:
             return prompt_tokens if self.drafter is not None else 0
         if self.plain_only:
             return 0
         return drafter_prefill_tokens(control, self.costs, prompt_tokens, max_new_tokens, self.drafter.prompt_windows,
-                                      expected_tokens=expected)
+                                      expected_tokens=expected_tokens(lengths, 0, max_new_tokens))
 
     def _plain_first(self, control: ControllerState | None, drafter_prompt: int) -> int:
         """How many tokens a request emits plainly before the drafter's prefill, where the drafter can prefill late
@@ -334,12 +334,13 @@ class SpeculativeGenerator:
         return plain_tokens_first(control, self.costs, drafter_prompt)
 
     @torch.inference_mode()
-    def _late_prefill(self, state: DecodeState, stats: GenerationStats, control: ControllerState,
-                      remaining: int, expected: float) -> int:
+    def _late_prefill(self, state: DecodeState, stats: GenerationStats, control: ControllerState, emitted: int,
+                      remaining: int, lengths: AnswerLengths | None) -> int:
         """The drafter's prefill after the plain steps `_plain_first` chose, over the prompt and the tokens they
-        emitted, decided again (controller.drafter_prefill_tokens) over the `expected` tokens of the `remaining` it
-        may still emit: how many prompt tokens it read (a window grows by the emitted ones), 0 where the request
-        stays plain."""
+        emitted, decided again (controller.drafter_prefill_tokens) over the tokens the request is expected to emit
+        after its `emitted` ones (its kind's answer `lengths`), of the `remaining` it may still emit: how many prompt
+        tokens it read (a window grows by the emitted ones), 0 where the request stays plain."""
+        expected = expected_tokens(lengths, emitted, emitted + remaining)
         tokens = drafter_prefill_tokens(control, self.costs, stats.prompt_tokens, remaining,
                                         self.drafter.prompt_windows, expected_tokens=expected)
         if tokens:
@@ -356,7 +357,7 @@ class SpeculativeGenerator:
         stats.draft_prefill_time_s = now(self.device) - start
         stats.draft_prompt_tokens = prompt_tokens
 
-    def _new_control(self, sampling: SamplingParams, prompt_ids: list[int]) -> ControllerState | None:
+    def _new_control(self, sampling: SamplingParams, prompt_ids: list[int], kind: tuple) -> ControllerState | None:
         if self.controller is None:
             return None
         vocab = self.drafter.vocab
@@ -366,7 +367,7 @@ class SpeculativeGenerator:
         state = new_request(self.controller, prior, sampling.seed,
                             None if self.timings is None else self.timings.samples(),
                             self.confidence.get(_confidence_key(sampling)),
-                            worth=self.worth.get(_worth_key(sampling, len(prompt_ids))))
+                            worth=self.worth.get(kind))
         # Where the prompt's tokens lie in the ranking: the first evidence of coverage. Not with context rows: they
         # are the prompt's own tokens, so the prompt says nothing of what lies beyond them.
         if isinstance(vocab, RankedVocab) and not vocab.extra_rows:
