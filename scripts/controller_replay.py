@@ -127,7 +127,7 @@ class Replay:
         """auto's seconds over the answer's first `new` tokens, the drafter's prompt tokens, and its steps per
         drafted length."""
         answer, prompt = record["answer"][:new], record["prompt_tokens"]
-        kind = controller.request_kind(prompt)
+        kind = controller.request_kind(prompt, record["prompt_ranks"])
         state = controller.new_request(self.settings, self.coverage, 0, None, self.confidence,
                                        worth=self.worth.get(kind))
         controller.observe_prompt(state, record["prompt_ranks"])

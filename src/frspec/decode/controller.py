@@ -58,7 +58,11 @@ estimate, not at the upper bound exploration uses. Where the whole prompt's pref
 model may read only a window of it (its start and its last tokens, decode/draft_model.py): a cheaper prefill for a
 drafter that sees less, taken where drafting wins that back. The estimate before the first step rests on one prior
 acceptance for every request, so what drafting then saved, against what was expected, carries to the next requests
-of the kind (sampling settings and the class of the prompt's length) and scales their expectation (`carry_worth`).
+of the kind (sampling settings, the class of the prompt's length, and whether its tokens are common ones in the
+ranking: translations and code files of one length are drafted differently) and scales their expectation, and how
+its drafts were accepted becomes their prior acceptance (`carry_worth`). Where no draft pays at the prior, only a
+request that drafts can show that its kind's drafts pay, so a kind's first request prefills its drafter where that
+wins back at acceptance's upper bound and costs little next to the request (`EXPLORE_PREFILL_SHARE`).
 A drafter that can prefill late (a draft model reads tokens only: `Drafter.late_prefill`) first decodes a few tokens
 plainly (`plain_tokens_first`), and its prefill then reads the prompt and those tokens, decided again over the tokens
 left: a request whose answer ends within them never pays that prefill, and one that goes on forgoes what drafting
@@ -146,8 +150,12 @@ UPPER_BOUND_SDS = 1.5
 # loses more is no cheap try (int4 at a 4k context: a chain of 3 costs 2.8 plain steps and emitted 1-2 tokens).
 # Both chosen by replaying the controller offline over teacher-forced greedy drafts of real prompts (docs/benchmarks.md,
 # int4 mix after the exploration constants): at 1.0 SD and 10%, a few early rejections on code prompts at 1k tokens
-# turned requests plain for 20-50 of their 63 steps where drafting throughout ran 1.0-1.1x vanilla.
-EXPLORE_LOSS = 0.20
+# turned requests plain for 20-50 of their 63 steps where drafting throughout ran 1.0-1.1x vanilla. At 1.5 SD, 10%
+# instead of 20% changed nothing in the int4 mix's replays (greedy and temperature-1.0 costs: 1.061x and 1.082x the
+# best static row), and where a kind's first request drafts to find out (EXPLORE_PREFILL_SHARE) on the bf16 costs,
+# where every draft lost 0-14%, a 51-token question then drafted chains of 3 near break-even for 48 of 54 steps at
+# 20% (0.87x vanilla) and 34 of 75 at 10% (0.92x) (docs/benchmarks.md, "A kind's first request finds out").
+EXPLORE_LOSS = 0.10
 # A draft length whose target forward was timed fewer than CALIBRATION_SAMPLES times is tried while its expected rate
 # is within this share of the best (module docstring): the stale table that cost `auto` 4% at temperature 1.0
 # (decode/cost_calibration.py) put a 2-token draft 3-8% behind the best length at per-draft acceptance 0.6-0.8.
@@ -180,6 +188,24 @@ WORTH_TOKENS = 64
 # prior expected on MT-Bench's 51-61-token questions, 1.55-2.12x on code files of 1,005-1,309 tokens and 2.5-3.2x on
 # translations of 612-638 tokens: requests whose answers draw on a long prompt are drafted better.
 PROMPT_CLASSES = (128, 512, 2048)
+# ... and whether its prompt's tokens are common ones: at least COMMON_SHARE of its last PROMPT_WINDOW tokens ranked
+# under COMMON_RANKS in the drafter's ranking. Prompts in another language or script than the ranking corpus's are
+# drafted differently from code and English chat of the same length: measured with the ShareGPT ranking over the
+# mix's prompts (docs/auto.md), German, Spanish, Italian, Russian, Japanese and Chinese prompts of 612-807 tokens held
+# 0.26-0.82 of their tokens in the first 32k ranks, code files of 932-1,309 tokens 0.87-0.95, MT-Bench questions
+# 0.86-0.97; translations were accepted 3.4-3.9 tokens a chain of 3 where code was 2.9-3.1 (bf16 pair, greedy), and
+# on a machine where only translations paid, the two shared one carried acceptance.
+COMMON_RANKS = 32768
+COMMON_SHARE = 0.85
+# A kind's first requests, with too few drafts carried from earlier ones (under PRIOR_DRAFTS), are the only way to
+# learn how its drafts are accepted: such a request prefills its drafter where drafting pays at acceptance's upper
+# bound (not only at the estimate), provided that prefill costs at most this share of the request's expected plain
+# decoding time. A kind whose prefill is dearer is weighed at the estimate alone. Measured (bf16 pair, AVX512 EPYC,
+# 128 tokens): at PRIOR_ACCEPTANCE no draft was expected to save anything, so no request drafted and none showed what
+# its kind accepted; translations, whose drafter prefill over 612 tokens cost 1.7 s (9% of a plain answer), ran
+# plainly at 0.78x the drafter without a map, while code files' 1,309-token prefill (4.2 s, 22%) would have cost
+# code 10-20% to try where every static row lost to vanilla.
+EXPLORE_PREFILL_SHARE = 0.10
 # The plain tokens a request decodes before a late drafter prefill (`plain_tokens_first`) forgo, at the saving a token
 # is expected to make, at most this share of that prefill's time: deferring pays where more than this share of
 # requests end within those tokens (a fixed cost against a per-token one, for a length not known in advance). At 5%,
@@ -195,16 +221,29 @@ ConfidenceBins = tuple[list[float], list[float]]
 @dataclass(frozen=True)
 class CarriedWorth:
     """What drafting saved on earlier requests of one kind against what was expected before their first steps
-    (`carry_worth`): decayed sums of each request's ratio and weight."""
+    (`carry_worth`): decayed sums of each request's ratio and weight; and how their drafts were accepted: decayed
+    sums of their (decayed) agreed drafts, drafts and squared agreement, pooled over positions, which the next
+    request's pooled agreement starts from instead of PRIOR_ACCEPTANCE (`new_request`)."""
 
     ratios: float = 0.0
     weight: float = 0.0
+    agreed: float = 0.0
+    tried: float = 0.0
+    squared: float = 0.0
 
     @property
     def scale(self) -> float:
         """The ratio the next request's expected saving is scaled by: the requests', shrunk towards 1 (as expected),
         which weighs as one request."""
         return (self.ratios + 1.0) / (self.weight + 1.0)
+
+    @property
+    def acceptance(self) -> tuple[float, float]:
+        """The pooled agreement (and its second moment) the kind's next request starts from: the carried drafts',
+        shrunk towards PRIOR_ACCEPTANCE as on PRIOR_DRAFTS drafts (coin flips at it: second moment = itself)."""
+        total = self.tried + PRIOR_DRAFTS
+        prior = PRIOR_DRAFTS * PRIOR_ACCEPTANCE
+        return (self.agreed + prior) / total, (self.squared + prior) / total
 
 
 @dataclass(frozen=True)
@@ -307,6 +346,12 @@ class ControllerState:
     # at the costs against plain steps, over how many tokens (`count_saving`).
     worth: float = 1.0
     expected_saving: float | None = None
+    # The pooled agreement (and its second moment) before this request's own drafts: PRIOR_ACCEPTANCE, or what its
+    # kind's earlier requests carried (CarriedWorth.acceptance); and whether too few were carried to go by, so the
+    # drafter's prefill may be weighed at acceptance's upper bound (EXPLORE_PREFILL_SHARE).
+    prior_acceptance: float = PRIOR_ACCEPTANCE
+    prior_second: float = PRIOR_ACCEPTANCE
+    explore_prefill: bool = True
     saved_s: float = 0.0
     counted_tokens: int = 0
 
@@ -333,8 +378,8 @@ class ControllerState:
         return (self.hits.get(k, 0.0) + PRIOR_TOKENS * prior) / (self.seen + PRIOR_TOKENS)
 
     def agreement(self, position: int) -> float:
-        """alpha_i, shrunk towards the pooled agreement of all positions, itself towards PRIOR_ACCEPTANCE."""
-        pooled = (sum(self.agreed) + PRIOR_DRAFTS * PRIOR_ACCEPTANCE) / (sum(self.tried) + PRIOR_DRAFTS)
+        """alpha_i, shrunk towards the pooled agreement of all positions, itself towards `prior_acceptance`."""
+        pooled = (sum(self.agreed) + PRIOR_DRAFTS * self.prior_acceptance) / (sum(self.tried) + PRIOR_DRAFTS)
         if position >= len(self.tried):
             return pooled
         weight = _position_weight(position)
@@ -342,10 +387,11 @@ class ControllerState:
 
     def agreement_spread(self, position: int) -> float:
         """The variance of one draft's agreement at this position: the observed second moment, shrunk towards the
-        pooled one and that towards the prior's (coin flips at PRIOR_ACCEPTANCE), minus alpha_i^2. Over accept/reject
-        outcomes (x^2 = x) this is exactly the binomial alpha_i (1 - alpha_i); expected counts spread less."""
+        pooled one and that towards the prior's (`prior_second`: coin flips at PRIOR_ACCEPTANCE, or the kind's carried
+        drafts'), minus alpha_i^2. Over accept/reject outcomes (x^2 = x) this is exactly the binomial
+        alpha_i (1 - alpha_i); expected counts spread less."""
         alpha = self.agreement(position)
-        pooled = (sum(self.squared) + PRIOR_DRAFTS * PRIOR_ACCEPTANCE) / (sum(self.tried) + PRIOR_DRAFTS)
+        pooled = (sum(self.squared) + PRIOR_DRAFTS * self.prior_second) / (sum(self.tried) + PRIOR_DRAFTS)
         second = pooled
         if position < len(self.tried):
             weight = _position_weight(position)
@@ -367,11 +413,14 @@ def new_request(settings: ControllerSettings, coverage_prior: dict[int, float] |
     `timed_rows`: the timed target forwards per row count the costs rest on (cost_calibration.StepTimings), with
     recalibration on; `confidence`: the confidence bins earlier requests left (`carried_confidence`), as decayed
     counts to go on from (None: empty bins); `worth`: what drafting saved on earlier requests of this kind against
-    what was expected (`carry_worth`; None: nothing carried, the expectation stands)."""
+    what was expected, and how their drafts were accepted (`carry_worth`; None: nothing carried, the expectation
+    and PRIOR_ACCEPTANCE stand)."""
     rng = random.Random(0 if seed is None else seed)
+    worth = worth or CarriedWorth()
+    prior, second = worth.acceptance
     state = ControllerState(settings, dict(coverage_prior or {}), rng=rng,
-                            timed_rows=None if timed_rows is None else dict(timed_rows),
-                            worth=1.0 if worth is None else worth.scale)
+                            timed_rows=None if timed_rows is None else dict(timed_rows), worth=worth.scale,
+                            prior_acceptance=prior, prior_second=second, explore_prefill=worth.tried < PRIOR_DRAFTS)
     if confidence is not None:
         accepted, drafts = confidence
         if len(accepted) != len(state.confident_accepted) or len(drafts) != len(state.confident_drafts):
@@ -506,10 +555,33 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
         saved += max(1.0 / plain - 1.0 / best, 0.0) / len(contexts)
     state.expected_saving = saved
     emitted = max_new_tokens if expected_tokens is None else expected_tokens
-    for tokens in [prompt_tokens, *sorted((w for w in windows if w < prompt_tokens), reverse=True)]:
+    if saved * state.worth * emitted > costs.drafter_prefill_s(prompt_tokens):
+        return prompt_tokens
+    if state.explore_prefill and _worth_exploring(state, costs, prompt_tokens, max_new_tokens, emitted, contexts):
+        return prompt_tokens
+    for tokens in sorted((w for w in windows if w < prompt_tokens), reverse=True):
         if saved * state.worth * emitted > costs.drafter_prefill_s(tokens):
             return tokens
     return 0
+
+
+def _worth_exploring(state: ControllerState, costs: StepCosts, prompt_tokens: int, max_new_tokens: int,
+                     emitted: float, contexts: Sequence[int]) -> bool:
+    """Whether a request whose kind carried too few drafts to go by prefills its drafter over the whole prompt to
+    find out how the kind's drafts are accepted (EXPLORE_PREFILL_SHARE): the prefill costs at most that share of
+    the request's expected plain decoding time, and the best draft wins it back at acceptance's upper bound. The
+    whole prompt only: a window's drafts are accepted differently, so what they show is not carried."""
+    prefill = costs.drafter_prefill_s(prompt_tokens)
+    plain = sum(1.0 / rates(state, costs, max_new_tokens, context=c)[(0, state.settings.sizes[-1])]
+                for c in contexts)
+    if prefill > EXPLORE_PREFILL_SHARE * emitted * plain / len(contexts):
+        return False
+    saved = 0.0
+    for context in contexts:
+        options = rates(state, costs, max_new_tokens, acceptance="upper", context=context)
+        best = max(rate for (depth, _), rate in options.items() if depth)
+        saved += max(1.0 / options[(0, state.settings.sizes[-1])] - 1.0 / best, 0.0) / len(contexts)
+    return saved * emitted > prefill
 
 
 def plain_tokens_first(state: ControllerState, costs: StepCosts, prefill_tokens: int) -> int:
@@ -541,22 +613,37 @@ def carry_worth(previous: CarriedWorth | None, state: ControllerState, whole_pro
     """The worth the next request of this one's kind starts from: `previous` aged by a request, plus this one's
     ratio of the saving per token its steps made (`count_saving`) to the one expected before its first step, where
     it drafted from its whole prompt (a window's drafts are accepted differently: measured 0.44-0.50 against
-    0.86-0.92 on long-input QA). A request that did not draft only ages it, so after a stretch of plain requests
-    the expectation is back to the prior's and a later request tries drafting again: a worth that fell too low to
-    prefill any request could otherwise never be corrected."""
+    0.86-0.92 on long-input QA), and its drafts' pooled agreement counts (`CarriedWorth.acceptance`), from the
+    whole prompt too. A request that did not draft only ages them, so after a stretch of plain requests the
+    expectation is back to the prior's and a later request tries drafting again: a worth that fell too low to
+    prefill any request could otherwise never be corrected (and with too few drafts carried, a kind's request
+    explores again: EXPLORE_PREFILL_SHARE)."""
     previous = previous or CarriedWorth()
     ratios, weight = previous.ratios * WORTH_DECAY, previous.weight * WORTH_DECAY
+    agreed, tried, squared = (x * WORTH_DECAY for x in (previous.agreed, previous.tried, previous.squared))
     expected = state.expected_saving
     if whole_prompt and expected is not None and expected > 0 and state.counted_tokens:
         ratio = min(max(state.saved_s / state.counted_tokens / expected, 0.0), WORTH_MAX)
         share = min(state.counted_tokens / WORTH_TOKENS, 1.0)
         ratios, weight = ratios + share * ratio, weight + share
-    return CarriedWorth(ratios, weight)
+    if whole_prompt:
+        agreed, tried, squared = agreed + sum(state.agreed), tried + sum(state.tried), squared + sum(state.squared)
+    return CarriedWorth(ratios, weight, agreed, tried, squared)
 
 
-def request_kind(prompt_tokens: int) -> int:
-    """The class of a prompt's length a request's worth is carried under (PROMPT_CLASSES)."""
-    return bisect.bisect_right(PROMPT_CLASSES, prompt_tokens)
+def prompt_is_common(token_ranks: Sequence[int] | None) -> bool | None:
+    """Whether a prompt's tokens are common ones (COMMON_SHARE of its last PROMPT_WINDOW tokens ranked under
+    COMMON_RANKS; `token_ranks`: their ranks in the drafter's ranking, in order); None: no ranking to tell."""
+    if token_ranks is None:
+        return None
+    ranks = list(token_ranks)[-PROMPT_WINDOW:]
+    return not ranks or sum(r < COMMON_RANKS for r in ranks) >= COMMON_SHARE * len(ranks)
+
+
+def request_kind(prompt_tokens: int, token_ranks: Sequence[int] | None = None) -> tuple[int, bool | None]:
+    """The class of a prompt's length (PROMPT_CLASSES) and whether its tokens are common ones (`prompt_is_common`
+    of their ranks; None: no ranking) that a request's worth and acceptance are carried under."""
+    return bisect.bisect_right(PROMPT_CLASSES, prompt_tokens), prompt_is_common(token_ranks)
 
 
 def request_contexts(costs: StepCosts, prompt_tokens: int, max_new_tokens: int) -> list[int]:

@@ -145,8 +145,9 @@ class SpeculativeGenerator:
         # The controller's confidence bins per sampling setting (greedy, or temperature/top-k/top-p: they change
         # what a drafted token's probability is), carried from request to request (controller.carried_confidence).
         self.confidence: dict[tuple, ConfidenceBins] = {}
-        # What drafting saved against what was expected before the first step, per sampling setting and class of
-        # prompt length, carried from request to request into the drafter-prefill decision (controller.carry_worth).
+        # What drafting saved against what was expected before the first step, and how the drafts were accepted, per
+        # sampling setting, class of prompt length and prompts of common tokens or not, carried from request to
+        # request into the drafter-prefill decision and the next request's prior (controller.carry_worth).
         self.worth: dict[tuple, CarriedWorth] = {}
         # How long the answers of those same kinds of request ran, for the tokens a request is expected to emit
         # (decode/answer_lengths.py), which its drafter's prefill is weighed over.
@@ -233,8 +234,9 @@ class SpeculativeGenerator:
         finish = "length"
         paused = 0.0  # time the consumer of a stream spends between pieces is not generation time
         start = now(self.device)
-        kind = _worth_key(request.sampling, len(request.prompt_ids))
-        control = self._new_control(request.sampling, request.prompt_ids, kind)
+        ranks = self._prompt_ranks(request.prompt_ids)
+        kind = _worth_key(request.sampling, len(request.prompt_ids), ranks)
+        control = self._new_control(request.sampling, ranks, kind)
         drafter_prompt = self._drafter_prompt(control, len(request.prompt_ids), request.max_new_tokens,
                                               self.lengths.get(kind))
         plain = drafter_prompt == 0
@@ -357,7 +359,16 @@ class SpeculativeGenerator:
         stats.draft_prefill_time_s = now(self.device) - start
         stats.draft_prompt_tokens = prompt_tokens
 
-    def _new_control(self, sampling: SamplingParams, prompt_ids: list[int], kind: tuple) -> ControllerState | None:
+    def _prompt_ranks(self, prompt_ids: list[int]) -> list[int] | None:
+        """The ranks of the prompt's last PROMPT_WINDOW tokens in the drafter's ranked head (None: no controller,
+        or a head that is not ranked)."""
+        vocab = self.drafter.vocab if self.controller is not None else None
+        if not isinstance(vocab, RankedVocab):
+            return None
+        return vocab.rank_of[torch.as_tensor(prompt_ids[-PROMPT_WINDOW:], dtype=torch.long)].tolist()
+
+    def _new_control(self, sampling: SamplingParams, prompt_ranks: list[int] | None, kind: tuple
+                     ) -> ControllerState | None:
         if self.controller is None:
             return None
         vocab = self.drafter.vocab
@@ -370,9 +381,8 @@ class SpeculativeGenerator:
                             worth=self.worth.get(kind))
         # Where the prompt's tokens lie in the ranking: the first evidence of coverage. Not with context rows: they
         # are the prompt's own tokens, so the prompt says nothing of what lies beyond them.
-        if isinstance(vocab, RankedVocab) and not vocab.extra_rows:
-            last = torch.as_tensor(prompt_ids[-PROMPT_WINDOW:], dtype=torch.long)
-            observe_prompt(state, vocab.rank_of[last].tolist())
+        if prompt_ranks is not None and not vocab.extra_rows:
+            observe_prompt(state, prompt_ranks)
         return state
 
     @torch.inference_mode()
@@ -455,9 +465,10 @@ def _confidence_key(sampling: SamplingParams) -> tuple:
     return ("greedy",) if sampling.is_greedy else (sampling.temperature, sampling.top_k, sampling.top_p)
 
 
-def _worth_key(sampling: SamplingParams, prompt_tokens: int) -> tuple:
-    """The requests that share a carried worth: one sampling setting, one class of prompt length."""
-    return (*_confidence_key(sampling), request_kind(prompt_tokens))
+def _worth_key(sampling: SamplingParams, prompt_tokens: int, prompt_ranks: list[int] | None) -> tuple:
+    """The requests that share a carried worth and acceptance: one sampling setting, one class of prompt length,
+    prompts of common tokens or not (controller.request_kind)."""
+    return (*_confidence_key(sampling), *request_kind(prompt_tokens, prompt_ranks))
 
 
 def _check_controller(settings: ControllerSettings, costs: StepCosts | None, drafter: Drafter) -> TreeShape:
