@@ -465,6 +465,13 @@ def test_a_kind_carries_how_its_drafts_were_accepted_and_its_first_request_finds
     assert aged.tried < PRIOR_DRAFTS <= aged.tried / 0.7 and plain == 7
     # Within a request the carried acceptance is the pooled prior: drafts seen accepted well start chains long.
     assert new_request(settings, worth=well).agreement(2) > 0.9 > PRIOR_ACCEPTANCE
+    # A kind with no drafts of its own starts from its sampling setting's (every kind's, carried alike): at
+    # temperature 1.0 a code file's first request from what questions' drafts showed there, not from the prior.
+    fresh = new_request(settings, worth=None, setting_worth=badly)
+    assert fresh.prior_acceptance == pytest.approx(badly.acceptance()[0]) and fresh.explore_prefill
+    own = new_request(settings, worth=well, setting_worth=badly)  # its own drafts weigh, the setting's as a prior
+    assert badly.acceptance()[0] < own.prior_acceptance < well.acceptance()[0]
+    assert own.prior_acceptance == pytest.approx(well.acceptance(badly.acceptance())[0])
 
 
 def test_a_late_drafter_prefill_waits_until_the_plain_tokens_forgo_a_share_of_it():

@@ -60,7 +60,8 @@ drafter that sees less, taken where drafting wins that back. The estimate before
 acceptance for every request, so what drafting then saved, against what was expected, carries to the next requests
 of the kind (sampling settings, the class of the prompt's length, and whether its tokens are common ones in the
 ranking: translations and code files of one length are drafted differently) and scales their expectation, and how
-its drafts were accepted becomes their prior acceptance (`carry_worth`). Where no draft pays at the prior, only a
+its drafts were accepted becomes their prior acceptance (`carry_worth`; a kind with few drafts of its own leans on
+those of every kind at its sampling setting). Where no draft pays at the prior, only a
 request that drafts can show that its kind's drafts pay, so a kind's first request prefills its drafter where that
 wins back at acceptance's upper bound and costs little next to the request (`EXPLORE_PREFILL_SHARE`).
 A drafter that can prefill late (a draft model reads tokens only: `Drafter.late_prefill`) first decodes a few tokens
@@ -237,13 +238,12 @@ class CarriedWorth:
         which weighs as one request."""
         return (self.ratios + 1.0) / (self.weight + 1.0)
 
-    @property
-    def acceptance(self) -> tuple[float, float]:
+    def acceptance(self, prior: tuple[float, float] = (PRIOR_ACCEPTANCE, PRIOR_ACCEPTANCE)) -> tuple[float, float]:
         """The pooled agreement (and its second moment) the kind's next request starts from: the carried drafts',
-        shrunk towards PRIOR_ACCEPTANCE as on PRIOR_DRAFTS drafts (coin flips at it: second moment = itself)."""
+        shrunk towards `prior` as on PRIOR_DRAFTS drafts (by default PRIOR_ACCEPTANCE, coin flips at it: second
+        moment = itself)."""
         total = self.tried + PRIOR_DRAFTS
-        prior = PRIOR_DRAFTS * PRIOR_ACCEPTANCE
-        return (self.agreed + prior) / total, (self.squared + prior) / total
+        return ((self.agreed + PRIOR_DRAFTS * prior[0]) / total, (self.squared + PRIOR_DRAFTS * prior[1]) / total)
 
 
 @dataclass(frozen=True)
@@ -408,16 +408,20 @@ class ControllerState:
 
 def new_request(settings: ControllerSettings, coverage_prior: dict[int, float] | None = None,
                 seed: int | None = None, timed_rows: dict[int, int] | None = None,
-                confidence: ConfidenceBins | None = None, worth: CarriedWorth | None = None) -> ControllerState:
+                confidence: ConfidenceBins | None = None, worth: CarriedWorth | None = None,
+                setting_worth: CarriedWorth | None = None) -> ControllerState:
     """A fresh state for one request; `coverage_prior[k]` is the ranking corpus's coverage at k (default 1);
     `timed_rows`: the timed target forwards per row count the costs rest on (cost_calibration.StepTimings), with
     recalibration on; `confidence`: the confidence bins earlier requests left (`carried_confidence`), as decayed
     counts to go on from (None: empty bins); `worth`: what drafting saved on earlier requests of this kind against
     what was expected, and how their drafts were accepted (`carry_worth`; None: nothing carried, the expectation
-    and PRIOR_ACCEPTANCE stand)."""
+    and PRIOR_ACCEPTANCE stand); `setting_worth`: the same carried over every kind of this sampling setting, whose
+    acceptance the kind's own leans on (a kind with no drafts of its own starts from its setting's: at temperature
+    1.0 a code file's first request starts from what MT-Bench's drafts showed at that temperature, not from a
+    prior measured greedy)."""
     rng = random.Random(0 if seed is None else seed)
     worth = worth or CarriedWorth()
-    prior, second = worth.acceptance
+    prior, second = worth.acceptance((setting_worth or CarriedWorth()).acceptance())
     state = ControllerState(settings, dict(coverage_prior or {}), rng=rng,
                             timed_rows=None if timed_rows is None else dict(timed_rows), worth=worth.scale,
                             prior_acceptance=prior, prior_second=second, explore_prefill=worth.tried < PRIOR_DRAFTS)

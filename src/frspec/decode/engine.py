@@ -146,8 +146,9 @@ class SpeculativeGenerator:
         # what a drafted token's probability is), carried from request to request (controller.carried_confidence).
         self.confidence: dict[tuple, ConfidenceBins] = {}
         # What drafting saved against what was expected before the first step, and how the drafts were accepted, per
-        # sampling setting, class of prompt length and prompts of common tokens or not, carried from request to
-        # request into the drafter-prefill decision and the next request's prior (controller.carry_worth).
+        # kind (sampling setting, class of prompt length, prompts of common tokens or not: `_worth_key`) and per
+        # sampling setting alone (`_confidence_key`: all its kinds, whose acceptance a kind's own leans on), carried
+        # from request to request into the drafter-prefill decision and the next request's prior (controller.py).
         self.worth: dict[tuple, CarriedWorth] = {}
         # How long the answers of those same kinds of request ran, for the tokens a request is expected to emit
         # (decode/answer_lengths.py), which its drafter's prefill is weighed over.
@@ -293,7 +294,9 @@ class SpeculativeGenerator:
         if control is not None:
             self.confidence[_confidence_key(request.sampling)] = carried_confidence(control)
             whole = drafter_prompt == len(request.prompt_ids)
+            setting = _confidence_key(request.sampling)
             self.worth[kind] = carry_worth(self.worth.get(kind), control, whole)
+            self.worth[setting] = carry_worth(self.worth.get(setting), control, whole)
             self.lengths[kind] = add_answer(self.lengths.get(kind), len(generated), finish == "length")
         stats.tokens = len(generated)
         stats.decode_tokens = max(len(generated) - 1, 0)
@@ -378,7 +381,7 @@ class SpeculativeGenerator:
         state = new_request(self.controller, prior, sampling.seed,
                             None if self.timings is None else self.timings.samples(),
                             self.confidence.get(_confidence_key(sampling)),
-                            worth=self.worth.get(kind))
+                            worth=self.worth.get(kind), setting_worth=self.worth.get(_confidence_key(sampling)))
         # Where the prompt's tokens lie in the ranking: the first evidence of coverage. Not with context rows: they
         # are the prompt's own tokens, so the prompt says nothing of what lies beyond them.
         if prompt_ranks is not None and not vocab.extra_rows:
