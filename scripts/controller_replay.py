@@ -207,13 +207,13 @@ def replay(args) -> None:
         new = args.max_new_tokens or data.get("max_new_tokens") or len(record["answer"])
         if args.steps:
             print(record["id"])
-        auto, drafter_prompt, lengths = player.auto(record, new, args.steps)
+        auto, drafter_prompt, depths = player.auto(record, new, args.steps)
         static = {k: player.static(record, new, k) for k in rows}
         best = min(static, key=static.get)
         window = "W" if 0 < drafter_prompt < record["prompt_tokens"] else " "
         print(f"{record['id'][-28:]:28s} prompt {record['prompt_tokens']:5d} drafter {drafter_prompt:5d}{window} "
               f"auto/best static {static[best] / auto:.3f} ({names[best]}), /vanilla {static[None] / auto:.3f}, "
-              f"/no map {static[sizes[-1]] / auto:.3f}; steps per drafted length {lengths}")
+              f"/no map {static[sizes[-1]] / auto:.3f}; steps per drafted length {depths}")
         for dataset in (record["id"].split("-")[0], "all"):
             total = totals.setdefault(dataset, {"auto": 0.0, **{k: 0.0 for k in rows}})
             total["auto"] += auto

@@ -575,17 +575,15 @@ def _worth_exploring(state: ControllerState, costs: StepCosts, prompt_tokens: in
     find out how the kind's drafts are accepted (EXPLORE_PREFILL_SHARE): the prefill costs at most that share of
     the request's expected plain decoding time, and the best draft wins it back at acceptance's upper bound. The
     whole prompt only: a window's drafts are accepted differently, so what they show is not carried."""
-    prefill = costs.drafter_prefill_s(prompt_tokens)
-    plain = sum(1.0 / rates(state, costs, max_new_tokens, context=c)[(0, state.settings.sizes[-1])]
-                for c in contexts)
-    if prefill > EXPLORE_PREFILL_SHARE * emitted * plain / len(contexts):
-        return False
-    saved = 0.0
+    plain_s, saved = 0.0, 0.0  # a plain token's time and the best draft's saving a token, averaged over contexts
     for context in contexts:
         options = rates(state, costs, max_new_tokens, acceptance="upper", context=context)
+        plain = 1.0 / options[(0, state.settings.sizes[-1])]  # a plain step's rate does not depend on acceptance
         best = max(rate for (depth, _), rate in options.items() if depth)
-        saved += max(1.0 / options[(0, state.settings.sizes[-1])] - 1.0 / best, 0.0) / len(contexts)
-    return saved * emitted > prefill
+        plain_s += plain / len(contexts)
+        saved += max(plain - 1.0 / best, 0.0) / len(contexts)
+    prefill = costs.drafter_prefill_s(prompt_tokens)
+    return prefill <= EXPLORE_PREFILL_SHARE * emitted * plain_s and saved * emitted > prefill
 
 
 def plain_tokens_first(state: ControllerState, costs: StepCosts, prefill_tokens: int) -> int:

@@ -292,9 +292,9 @@ class SpeculativeGenerator:
         stats.wall_time_s = now(self.device) - start - paused
         self._recalibrate(timed)
         if control is not None:
-            self.confidence[_confidence_key(request.sampling)] = carried_confidence(control)
-            whole = drafter_prompt == len(request.prompt_ids)
             setting = _confidence_key(request.sampling)
+            self.confidence[setting] = carried_confidence(control)
+            whole = drafter_prompt == len(request.prompt_ids)
             self.worth[kind] = carry_worth(self.worth.get(kind), control, whole)
             self.worth[setting] = carry_worth(self.worth.get(setting), control, whole)
             self.lengths[kind] = add_answer(self.lengths.get(kind), len(generated), finish == "length")
