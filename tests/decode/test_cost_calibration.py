@@ -4,6 +4,7 @@ timing the lengths a wrong table would hide (decode/controller.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,8 +14,8 @@ from frspec.decode.controller import (
     COST_EXPLORE_LOSS, ControllerSettings, choose, new_request, observe, rates, step_shape, target_rows,
 )
 from frspec.decode.cost_calibration import (
-    CALIBRATION_SAMPLES, CALIBRATION_WINDOW, STALE_FORWARDS, STALE_LEVEL, StepTimings, load_timings, save_timings,
-    timings_path,
+    CALIBRATION_SAMPLES, CALIBRATION_WINDOW, RESCALE_EVERY, STALE_FORWARDS, STALE_LEVEL, StepTimings, load_timings,
+    save_timings, timings_path,
 )
 from frspec.decode.draft_model import DraftModelDrafter
 from frspec.decode.engine import SpeculativeGenerator
@@ -119,11 +120,12 @@ STALE = {1: 0.319, 2: 0.278, 3: 0.313, 4: 0.291, 5: 0.310, 7: 0.308}  # a 14-hou
 TRUE = {1: 0.253, 2: 0.236, 3: 0.238, 4: 0.259, 5: 0.263, 7: 0.262}  # the same forwards measured again
 
 
-def _simulate(recalibrate: bool, requests: int = 8, steps: int = 40, alpha: float = 0.8
+def _simulate(recalibrate: bool, requests: int = 8, steps: int = 40, alpha: float = 0.8, within: bool = False
               ) -> tuple[list[list[int]], list[float]]:
     """Requests of `steps` steps on a machine whose forwards cost TRUE, starting from the STALE table: per request,
     steps per draft length and tokens per second. Every drafted position is accepted with probability `alpha`,
-    observed as expected counts (as when sampling: no coin flips); the table is recalibrated between requests."""
+    observed as expected counts (as when sampling: no coin flips); the table is recalibrated after every request
+    and, `within`, every RESCALE_EVERY steps of one (as the engine does)."""
     truth = _table(TRUE)
     settings = ControllerSettings(sizes=(V,))
     table, timings = _table(STALE), StepTimings(_table(STALE))
@@ -132,7 +134,7 @@ def _simulate(recalibrate: bool, requests: int = 8, steps: int = 40, alpha: floa
         tokens, seconds = 0, 0.0
         state = new_request(settings, seed=r, timed_rows=timings.samples() if recalibrate else None)
         per_depth = [0] * (settings.max_depth + 1)
-        for _ in range(steps):
+        for step in range(steps):
             behind = state.behind
             plan = choose(state, table)
             observe(state, plan, 0, None, [(alpha, 1.0)] * plan.depth)
@@ -146,6 +148,8 @@ def _simulate(recalibrate: bool, requests: int = 8, steps: int = 40, alpha: floa
                 took = truth.draft_time_s(shape, plan.size) + (truth.catch_up_s(1 + behind) if behind else 0.0)
                 timings.add_draft(shape, plan.size, 128, behind, took)
                 seconds += took - truth.draft_time_s(shape, plan.size)  # the catch-up
+            if within and (step + 1) % RESCALE_EVERY == 0:
+                table = timings.costs()
         if recalibrate:
             table = timings.costs()
         chosen.append(per_depth)
@@ -168,6 +172,17 @@ def test_a_wrong_table_entry_is_timed_and_the_choice_moves_to_the_truly_better_l
     assert min(moved_speed[1:]) > 1.04 * fixed_speed[1]  # the true rates' ratio: 1 / 0.959
     # Timing cost the first request less than COST_EXPLORE_LOSS (each timed length was that close to the best).
     assert moved_speed[0] > (1 - COST_EXPLORE_LOSS) * fixed_speed[0]
+
+
+def test_rescaled_within_a_request_its_own_timings_move_its_later_steps():
+    # Rescaled only between requests, the first request spends all its steps timing each length the stale table puts
+    # close to its pick; rescaled within it too, what it timed moves its table, and its later steps go to the truly
+    # better length.
+    between, between_speed = _simulate(recalibrate=True)
+    within, within_speed = _simulate(recalibrate=True, within=True)
+    assert within[0][2] > between[0][2] + CALIBRATION_SAMPLES // 2
+    assert within_speed[0] > 1.02 * between_speed[0]
+    assert within[1:] == between[1:]  # from the next request on, both decide by the same timings
 
 
 def test_a_length_is_timed_only_while_untimed_and_close_to_the_best():
@@ -232,6 +247,44 @@ def test_the_engine_recalibrates_between_requests_keeps_the_timings_and_stays_lo
     with pytest.raises(FrspecError, match="taken against other costs"):
         SpeculativeGenerator(target, auto.drafter, controller=auto.controller, costs=auto.measured_costs,
                              timings=StepTimings(_table({1: 1.0})))
+
+
+def test_the_engine_rescales_within_a_request_and_stays_lossless(tmp_path, monkeypatch):
+    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
+    import frspec.decode.engine as engine
+    target = tiny_lm("qwen2", 256, seed=0, dtype=torch.float32)
+    draft = tiny_lm("qwen2", 256, hidden=32, seed=1, dtype=torch.float32)
+    target.config._name_or_path, draft.config._name_or_path = "tiny-target", "tiny-draft"
+    ranking = TokenMap(list(range(255, -1, -1))[:128], 256)
+    prompt, greedy = list(range(3, 12)), SamplingParams()
+    ref = build_generator(target).generate(input_ids=prompt, max_new_tokens=40, eos_token_ids=[],
+                                           sampling=greedy).token_ids
+    # A table whose one-row forward reads 4x what it costs: drafting pays by it, so the controller drafts.
+    auto = build_generator(target, draft, ranking)
+    measured = auto.measured_costs
+    def dearer(table: dict[int, float]) -> dict[int, float]:
+        return {n: (4.0 if n == 1 else 1.0) * t for n, t in table.items()}
+
+    dear = replace(measured, target_costs=dearer(measured.target_costs),
+                   target_by_context={c: dearer(t) for c, t in measured.target_by_context.items()})
+    auto = SpeculativeGenerator(target, auto.drafter, controller=auto.controller, costs=dear)
+    seen = []
+    real_choose = engine.choose
+
+    def choose(state, costs, *args, **kwargs):
+        seen.append(costs)
+        return real_choose(state, costs, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "choose", choose)
+    out = auto.generate(input_ids=prompt, max_new_tokens=40, eos_token_ids=[], sampling=greedy)
+    assert out.token_ids == ref
+    # Every step decides by a table; a new one every RESCALE_EVERY timed forwards, each rescaled from them.
+    assert seen[0] is dear and out.stats.target_forwards >= 2 * RESCALE_EVERY
+    tables = list(dict.fromkeys(id(c) for c in seen))
+    assert len(tables) >= 2
+    later = next(c for c in seen if c is not dear)
+    assert later.provenance["recalibrated"]["target_forwards"] >= RESCALE_EVERY
+    assert auto.costs.provenance["recalibrated"]["target_forwards"] == out.stats.target_forwards
 
 
 def test_a_cached_table_the_timed_forwards_ran_far_off_is_measured_again(tmp_path, monkeypatch, caplog):

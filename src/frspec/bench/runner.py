@@ -208,7 +208,7 @@ def run_benchmark(
 
     `repeats`: rounds of all methods per prompt; each method's run of median decode time (wall time minus prefill;
     the upper middle one for an even count) is kept, and a method whose rounds emitted different tokens (which a
-    seeded or greedy run should not, except a sampled `auto` row: its costs are rescaled between requests, so its
+    seeded or greedy run should not, except a sampled `auto` row: its costs are rescaled from its timed forwards, so its
     drafts, and with them its seeded draws, may differ) is named in `notes`.
 
     With sampling, each prompt gets its own seed (sampling.seed + prompt index), the same for every method. With

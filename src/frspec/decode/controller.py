@@ -72,7 +72,7 @@ docs/benchmarks.md: a sampled answer to a 1,005-token code prompt ended after 9 
 prefill, and ran 2.26 tokens/s where vanilla's ran 9.4.)
 
 The machine's costs are a table measured once (decode/step_costs.py); the engine rescales it from its own timed
-forwards between requests (decode/cost_calibration.py). A row count timed fewer than
+forwards, after every request and within one (decode/cost_calibration.py). A row count timed fewer than
 `CALIBRATION_SAMPLES` times is drafted, when its expected rate is within `COST_EXPLORE_LOSS` of the best, before
 the best: a wrong table entry can only flip a decision that close, and the controller would otherwise never time
 the length it wrongly avoids. The counts it goes by are those at the request's start plus its own steps', so this
@@ -257,7 +257,7 @@ class ControllerSettings:
     shape: TreeShape | None = None
     allow_plain: bool = True
     probe_every: int = PROBE_EVERY
-    recalibrate: bool = True  # the engine rescales the costs from its timed forwards between requests
+    recalibrate: bool = True  # the engine rescales the costs from its timed forwards, after and within requests
     stop_early: bool = True  # chains end where the drafter's confidence says the next draft will not pay
 
     def __post_init__(self) -> None:

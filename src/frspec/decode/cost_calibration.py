@@ -1,4 +1,4 @@
-"""The controller's step costs rescaled from the forwards the engine times itself, between requests.
+"""The controller's step costs rescaled from the forwards the engine times itself, after and within requests.
 
 The controller (decode/controller.py) decides by a table of what the target's forward over n rows costs on this
 machine (decode/step_costs.py), measured once and cached. A table measured hours before, or during a noisy spell,
@@ -17,9 +17,13 @@ Between timed row counts the scale is interpolated (linearly in rows), beyond th
 table's shape stands in where nothing was timed, its level follows what was. The drafter's steps give one pooled
 ratio that scales every drafting term (a step drafts at one or two widths; its curve over rows is not what moves),
 and until it has drafted often enough, the target's overall ratio does: a slow spell slows both, and rescaling the
-target alone would make drafting look cheaper or dearer than it is. The engine recalibrates between requests only,
-so each request decides by one table: its choices remain a function of its seed, its observations and the table it
-started with.
+target alone would make drafting look cheaper or dearer than it is. The engine recalibrates after every request, and
+within one every `RESCALE_EVERY` timed forwards (from every forward timed before it and its own so far): a table off
+in the one entry a decision turns on would otherwise decide a run's first request of each kind whole (measured on
+the int4 pair at temperature 1.0, `8cfeab6`: a table whose one-row forward read 104 ms where the run's own ran 0.83x
+that made chains of 1 look paying, and both MT-Bench questions drafted them on 169 of 178 steps at 0.90x vanilla).
+A request's choices remain a function of its seed, its observations (its timed forwards among them) and the table
+it started with.
 
 Where the costs come from the cache (decode/cost_measure.py), the timings are kept beside them (`timings_path`), so
 the next process starts from the recalibrated table and does not time again what was timed: a `frspec generate` is
@@ -55,6 +59,9 @@ CALIBRATION_SAMPLES = 8
 # The most recent timed forwards kept per row count: a machine's speed drifts (another process, the clock), and the
 # last few dozen forwards say what a step costs now.
 CALIBRATION_WINDOW = 64
+# Within a request, the costs are rescaled again after every this many of its timed target forwards: as often as a
+# row count can gain a scale, and not at every step (rescaling copies the tables, about a millisecond).
+RESCALE_EVERY = CALIBRATION_SAMPLES
 # A cached table whose timed forwards ran more than this share off it overall (their median ratio), over at least
 # STALE_FORWARDS of them, is measured again at the next start (decode/cost_measure.py): rescaling keeps the table's
 # shape where nothing was timed, and a table that far off likely has the wrong shape too. Over the runs at `39d2f0e`
@@ -97,6 +104,13 @@ class StepTimings:
         for rows, ratios in other.target_ratios.items():
             self.target_ratios.setdefault(rows, deque(maxlen=CALIBRATION_WINDOW)).extend(ratios)
         self.draft_ratios.extend(other.draft_ratios)
+
+    def merged(self, other: StepTimings) -> StepTimings:
+        """A copy of these timings with `other`'s added after them (as `merge`); neither is modified."""
+        out = StepTimings(self.reference, self.path)
+        out.merge(self)
+        out.merge(other)
+        return out
 
     def samples(self) -> dict[int, int]:
         """Timed target forwards kept per row count."""

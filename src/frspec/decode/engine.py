@@ -19,7 +19,7 @@ from frspec.decode.controller import (
     carry_worth, chain_rule, choose, count_saving, drafter_prefill_tokens, new_request, observe, observe_prompt,
     plain_tokens_first, request_kind, speculation_can_pay, step_shape, target_rows,
 )
-from frspec.decode.cost_calibration import StepTimings, save_timings
+from frspec.decode.cost_calibration import RESCALE_EVERY, StepTimings, save_timings
 from frspec.decode.drafter import Drafter
 from frspec.decode.hybrid_target import check_hybrid_tree_support, is_hybrid
 from frspec.decode.request import Request, prepare_request
@@ -67,9 +67,9 @@ class SpeculativeGenerator:
     With `controller` (ControllerSettings) and the machine's `costs` (StepCosts), the draft length and the map
     size are chosen before every step (decode/controller.py): chains of any allowed length (0: a plain step), or
     the given tree or none; map sizes among the settings' on a drafter with a ranked head (vocab/ranked_vocab.py).
-    With the settings' `recalibrate` (the default), the target's costs are rescaled between requests from the
-    forwards this generator timed (decode/cost_calibration.py): `costs` is the table the next request decides by,
-    `measured_costs` the one given. `timings`: forwards timed against `costs` before (decode/cost_measure.py
+    With the settings' `recalibrate` (the default), the target's costs are rescaled after every request, and within
+    one every RESCALE_EVERY timed forwards, from the forwards this generator timed (decode/cost_calibration.py):
+    `costs` is the table the next request starts from, `measured_costs` the one given. `timings`: forwards timed against `costs` before (decode/cost_measure.py
     returns those kept beside cached costs), written back to their `path` after every request.
     """
 
@@ -244,6 +244,7 @@ class SpeculativeGenerator:
         # Tokens emitted (plainly) before a late drafter prefill; 0: the drafter prefills with the target.
         late = 0 if plain else self._plain_first(control, drafter_prompt)
         timed = StepTimings(self.measured_costs) if self.timings is not None else None  # this request's, for the costs
+        costs, timed_forwards = self.costs, 0  # what this request decides by: rescaled as it times its forwards
         if request.max_new_tokens > 0:
             state = self._start(request.prompt_ids, request.max_new_tokens, request.sampling)
             new, step = [self._prefill(state, stats, 0 if late else drafter_prompt)], None
@@ -272,8 +273,8 @@ class SpeculativeGenerator:
                 remaining = request.max_new_tokens - len(generated)
                 context = state.length
                 if late and len(generated) >= late:
-                    late, drafter_prompt = 0, self._late_prefill(state, stats, control, len(generated), remaining,
-                                                                 self.lengths.get(kind))
+                    late, drafter_prompt = 0, self._late_prefill(state, stats, control, costs, len(generated),
+                                                                 remaining, self.lengths.get(kind))
                     plain = drafter_prompt == 0
                 if control is None:
                     step = self._step(state, remaining)
@@ -281,9 +282,12 @@ class SpeculativeGenerator:
                     step = self._plain_step(state, remaining)
                     stats.record_choice(0, 0)
                 else:
-                    step = self._controlled_step(state, remaining, control, stats, timed)
+                    step = self._controlled_step(state, remaining, control, costs, stats, timed)
                 if timed is not None:  # at the row count the controller counts it under and reads costs at
                     timed.add_target(target_rows(self.controller, step.drafted_depth), context, step.target_time_s)
+                    timed_forwards += 1
+                    if timed_forwards % RESCALE_EVERY == 0:
+                        costs = self.timings.merged(timed).costs()
                 new = step.tokens
             if self.drafter is not None:
                 stats.draft_time_s = self.drafter.time_s
@@ -308,8 +312,8 @@ class SpeculativeGenerator:
         return GenerationOutput(token_ids=generated, text=text, stats=stats, finish_reason=finish)
 
     def _recalibrate(self, timed: StepTimings | None) -> None:
-        """After a request (never during one: each request decides by one table), the costs rescaled by every
-        forward timed so far (decode/cost_calibration.py)."""
+        """After a request, the costs the next one starts from, rescaled by every forward timed so far
+        (decode/cost_calibration.py)."""
         if timed is None or not (timed.target_ratios or timed.draft_ratios):
             return
         self.timings.merge(timed)
@@ -339,14 +343,14 @@ class SpeculativeGenerator:
         return plain_tokens_first(control, self.costs, drafter_prompt)
 
     @torch.inference_mode()
-    def _late_prefill(self, state: DecodeState, stats: GenerationStats, control: ControllerState, emitted: int,
-                      remaining: int, lengths: AnswerLengths | None) -> int:
+    def _late_prefill(self, state: DecodeState, stats: GenerationStats, control: ControllerState, costs: StepCosts,
+                      emitted: int, remaining: int, lengths: AnswerLengths | None) -> int:
         """The drafter's prefill after the plain steps `_plain_first` chose, over the prompt and the tokens they
         emitted, decided again (controller.drafter_prefill_tokens) over the tokens the request is expected to emit
         after its `emitted` ones (its kind's answer `lengths`), of the `remaining` it may still emit: how many prompt
         tokens it read (a window grows by the emitted ones), 0 where the request stays plain."""
         expected = expected_tokens(lengths, emitted, emitted + remaining)
-        tokens = drafter_prefill_tokens(control, self.costs, stats.prompt_tokens, remaining,
+        tokens = drafter_prefill_tokens(control, costs, stats.prompt_tokens, remaining,
                                         self.drafter.prompt_windows, expected_tokens=expected)
         if tokens:
             self._prefill_drafter(state, stats, tokens)
@@ -389,19 +393,19 @@ class SpeculativeGenerator:
         return state
 
     @torch.inference_mode()
-    def _controlled_step(self, state: DecodeState, remaining: int, control: ControllerState,
+    def _controlled_step(self, state: DecodeState, remaining: int, control: ControllerState, costs: StepCosts,
                          stats: GenerationStats, timed: StepTimings | None) -> StepResult:
-        """Choose this step's length and map size, take the step, show the controller what happened (and `timed`
-        what its drafting took, at the drafter's own context: `Drafter.skipped` tokens short of the target's where its
-        prefill read a window)."""
+        """Choose this step's length and map size by `costs`, take the step, show the controller what happened (and
+        `timed` what its drafting took, at the drafter's own context: `Drafter.skipped` tokens short of the target's
+        where its prefill read a window)."""
         context, behind, drafting_before = state.length, control.behind, self.drafter.time_s
-        plan = choose(control, self.costs, remaining, context=context)
+        plan = choose(control, costs, remaining, context=context)
         vocab = self.drafter.vocab
         # Only a ranked head serves several map sizes; a plain DraftVocab (no map, or a static one) has one.
         if plan.depth and isinstance(vocab, RankedVocab) and vocab.map_size != plan.size:
             vocab.set_size(plan.size)  # before proposing: the proposal is drafted and verified over these rows
         shape = None if plan.depth == 0 else (self.controller.shape or TreeShape.chain(plan.drafts))
-        keep = chain_rule(control, self.costs, plan, context) if shape is not None and shape.kind == "chain" else None
+        keep = chain_rule(control, costs, plan, context) if shape is not None and shape.kind == "chain" else None
         step = decode_step(self.target, self.drafter, state, shape, self.hidden_layers, remaining, keep)
         if timed is not None and step.drafted_depth:
             # Timed against the table at the context the drafter ran at. A windowed drafter's shorter cache makes its
@@ -419,7 +423,7 @@ class SpeculativeGenerator:
                 inside = vocab.ranks(torch.arange(vocab.vocab_size)) < plan.size
             expected, drawn = chain_acceptance(step.tree, step.target_logits, step.path, state.sampling, inside)
         observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks, expected, drawn)
-        count_saving(control, self.costs, step.drafted_depth, plan.size, len(step.tokens), context, behind)
+        count_saving(control, costs, step.drafted_depth, plan.size, len(step.tokens), context, behind)
         stats.record_choice(step.drafted_depth, plan.size)
         return step
 
