@@ -207,19 +207,26 @@ def test_a_length_is_timed_only_while_untimed_and_close_to_the_best():
 
 # -- the engine ---------------------------------------------------------------------------------------------------
 
+_RANKING = TokenMap(list(range(255, -1, -1))[:128], 256)
 
-def test_the_engine_recalibrates_between_requests_keeps_the_timings_and_stays_lossless(tmp_path, monkeypatch):
-    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
+
+def _tiny_pair() -> tuple[torch.nn.Module, torch.nn.Module]:
+    """A tiny fp32 target and drafter, named so their costs are cached under FRSPEC_CACHE like real ones'."""
     target = tiny_lm("qwen2", 256, seed=0, dtype=torch.float32)
     draft = tiny_lm("qwen2", 256, hidden=32, seed=1, dtype=torch.float32)
     target.config._name_or_path, draft.config._name_or_path = "tiny-target", "tiny-draft"
-    ranking = TokenMap(list(range(255, -1, -1))[:128], 256)
+    return target, draft
+
+
+def test_the_engine_recalibrates_between_requests_keeps_the_timings_and_stays_lossless(tmp_path, monkeypatch):
+    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
+    target, draft = _tiny_pair()
     prompts = [list(range(3, 3 + n)) for n in (5, 9, 14, 20)]
     greedy = SamplingParams()
     vanilla = build_generator(target)
     refs = [vanilla.generate(input_ids=p, max_new_tokens=20, eos_token_ids=[], sampling=greedy).token_ids
             for p in prompts]
-    auto = build_generator(target, draft, ranking)
+    auto = build_generator(target, draft, _RANKING)
     measured = json.dumps(auto.measured_costs.to_dict())
     forwards = 0
     for prompt, ref in zip(prompts, refs):
@@ -236,11 +243,11 @@ def test_the_engine_recalibrates_between_requests_keeps_the_timings_and_stays_lo
     # A new process (here: a new generator) starts from the kept timings and the same recalibrated table (unless
     # they ran so far off the table that it is measured again, which the tiny models' timings may: not here).
     monkeypatch.setattr(cost_measure, "STALE_LEVEL", float("inf"))
-    again = build_generator(target, draft, ranking)
+    again = build_generator(target, draft, _RANKING)
     assert again.timings.samples() == auto.timings.samples()
     assert again.costs.to_dict() == auto.costs.to_dict()
     # Without recalibration the costs stay as given and nothing is kept.
-    fixed = build_generator(target, draft, ranking, costs=auto.measured_costs, recalibrate_costs=False)
+    fixed = build_generator(target, draft, _RANKING, costs=auto.measured_costs, recalibrate_costs=False)
     fixed.generate(input_ids=prompts[0], max_new_tokens=20, eos_token_ids=[], sampling=greedy)
     assert fixed.costs is auto.measured_costs and fixed.timings is None
     # Timings taken against another table cannot rescale this one: refused in one line.
@@ -252,15 +259,12 @@ def test_the_engine_recalibrates_between_requests_keeps_the_timings_and_stays_lo
 def test_the_engine_rescales_within_a_request_and_stays_lossless(tmp_path, monkeypatch):
     monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
     import frspec.decode.engine as engine
-    target = tiny_lm("qwen2", 256, seed=0, dtype=torch.float32)
-    draft = tiny_lm("qwen2", 256, hidden=32, seed=1, dtype=torch.float32)
-    target.config._name_or_path, draft.config._name_or_path = "tiny-target", "tiny-draft"
-    ranking = TokenMap(list(range(255, -1, -1))[:128], 256)
+    target, draft = _tiny_pair()
     prompt, greedy = list(range(3, 12)), SamplingParams()
     ref = build_generator(target).generate(input_ids=prompt, max_new_tokens=40, eos_token_ids=[],
                                            sampling=greedy).token_ids
     # A table whose one-row forward reads 4x what it costs: drafting pays by it, so the controller drafts.
-    auto = build_generator(target, draft, ranking)
+    auto = build_generator(target, draft, _RANKING)
     measured = auto.measured_costs
     def dearer(table: dict[int, float]) -> dict[int, float]:
         return {n: (4.0 if n == 1 else 1.0) * t for n, t in table.items()}
@@ -289,9 +293,7 @@ def test_the_engine_rescales_within_a_request_and_stays_lossless(tmp_path, monke
 
 def test_a_cached_table_the_timed_forwards_ran_far_off_is_measured_again(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
-    target = tiny_lm("qwen2", 256, seed=0, dtype=torch.float32)
-    draft = tiny_lm("qwen2", 256, hidden=32, seed=1, dtype=torch.float32)
-    target.config._name_or_path, draft.config._name_or_path = "tiny-target", "tiny-draft"
+    target, draft = _tiny_pair()
     tables = iter([_table({1: 1.0, 2: 1.0}), _table({1: 0.5, 2: 0.5})])
     monkeypatch.setattr(cost_measure, "measure_step_costs", lambda *a, **k: next(tables))
     drafter = DraftModelDrafter(draft)
