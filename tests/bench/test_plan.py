@@ -53,6 +53,7 @@ def test_the_plan_is_frozen_and_takes_the_presets():
     (dict(token_map=["a"], counts="b"), "either --token-map files or --counts"),
     (dict(tree_shapes="chain-2"), "give --eagle HEAD too"),
     (dict(engine="vllm", context_rows=(4,)), "--context-rows runs on frspec's own engine"),
+    (dict(engine="vllm", ignore_eos=True), "--ignore-eos runs on frspec's own engine"),
     (dict(engine="vllm", batch_sizes=(0,)), "--batch-sizes must be positive"),
     (dict(engine="vllm", eagle="h", tree_shapes="static-2x2"), "drafts chains only"),
     (dict(num_spec_tokens=(0,)), "must be >= 1"),

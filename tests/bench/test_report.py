@@ -66,6 +66,13 @@ def test_a_quantized_runs_report_names_its_weights():
     assert "- Weights: target int4, draft int8 (activations bfloat16)" in report.markdown_report(payload)
 
 
+def test_a_report_says_when_eos_was_ignored():
+    payload = _payload()
+    assert "EOS ignored" not in report.markdown_report(payload)
+    payload["meta"]["ignore_eos"] = True
+    assert "(EOS ignored: every answer runs to it)" in report.markdown_report(payload)
+
+
 def test_an_auto_rows_report_names_the_step_costs_it_chose_by():
     """The costs an auto row chose by (cached from an earlier measurement, or measured for the run) are in the
     report: a drifted cached table is visible next to the choices it led to."""

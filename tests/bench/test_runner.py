@@ -96,8 +96,8 @@ def test_repeats_run_rounds_of_all_methods_and_keep_each_methods_median_run(tiny
     order, runs = [], {}
     decode_s = [3.0, 1.0, 2.0]  # each method's rounds on a prompt: the median is the third round's
 
-    def scripted(generator, prompt_ids, max_new_tokens, sampling, device):
-        out = real_generate(generator, prompt_ids, max_new_tokens, sampling, device)
+    def scripted(generator, prompt_ids, max_new_tokens, sampling, device, eos_ids=None):
+        out = real_generate(generator, prompt_ids, max_new_tokens, sampling, device, eos_ids)
         if max_new_tokens == 20:  # not a warm-up
             method = next(m for m, g in generators.items() if g is generator)
             key = (tuple(prompt_ids), method)
@@ -144,9 +144,9 @@ def test_every_round_of_a_prompt_starts_from_what_the_prompts_before_it_left_the
     real_generate = runner._generate
     started = []  # (prompt, generator, what it carried at the start of the run)
 
-    def leaving_a_mark(generator, prompt_ids, max_new_tokens, sampling, device):
+    def leaving_a_mark(generator, prompt_ids, max_new_tokens, sampling, device, eos_ids=None):
         started.append((tuple(prompt_ids), id(generator), generator.carried()))
-        out = real_generate(generator, prompt_ids, max_new_tokens, sampling, device)
+        out = real_generate(generator, prompt_ids, max_new_tokens, sampling, device, eos_ids)
         marks = generator.worth.get("runs", CarriedWorth()).weight
         generator.worth = {**generator.worth, "runs": CarriedWorth(0.0, marks + 1)}  # this run was here
         return out
@@ -181,6 +181,22 @@ def test_divergence_records_position_and_target_margin(tiny_dirs):
     assert d.top2_margin == pytest.approx(top2_margin(target, ids + [5, 6]))
     result.divergences = [d]
     assert summarize(result)[1]["greedy_identical"] == "1 differ"
+
+
+def test_ignore_eos_runs_every_answer_to_max_new_tokens(tiny_dirs):
+    target, draft, tok = _load(tiny_dirs)
+    prompts = _prompts(tok)[:2]
+    methods = [Method(VANILLA), DRAFT_2]
+    # Make the token the target emits third on the first prompt an EOS: without ignore_eos that answer ends there.
+    first = run_benchmark(target, draft, tok, prompts, methods, {}, 12, progress=False, ignore_eos=True)
+    assert all(len(g.token_ids) == 12 for g in first.generations)
+    eos = first.generations[0].token_ids[2]
+    target.generation_config.eos_token_id = eos
+    stopped = run_benchmark(target, draft, tok, prompts, methods, {}, 12, progress=False)
+    assert all(len(g.token_ids) <= 3 for g in stopped.generations if g.prompt_id == "p0")
+    ignored = run_benchmark(target, draft, tok, prompts, methods, {}, 12, progress=False, ignore_eos=True)
+    assert all(len(g.token_ids) == 12 for g in ignored.generations)
+    assert [g.token_ids for g in ignored.generations] == [g.token_ids for g in first.generations]
 
 
 def test_sampling_gives_prompt_i_the_seed_plus_i(tiny_dirs):

@@ -117,6 +117,9 @@ class BenchPlan:
     row_cost_quants: tuple[str, ...] = ()
     # Decoding and the run.
     sampling: SamplingParams = SamplingParams()
+    # Every answer runs to max_new_tokens, EOS or not (as vLLM's --ignore-eos): sampled rows then compare answers
+    # of one length, where their own EOS would end them anywhere from a dozen tokens to the cap.
+    ignore_eos: bool = False
     warmup_tokens: int = 8
     engine: str = "frspec"
     batch_sizes: tuple[int, ...] = (1,)  # vLLM only
@@ -224,6 +227,7 @@ def plan_bench(
     no_llamacpp: bool = False,
     row_costs: int | None = None,
     sampling: SamplingParams = SamplingParams(),
+    ignore_eos: bool = False,
     warmup_tokens: int = 8,
     engine: str = "frspec",
     batch_sizes: Sequence[int] = (1,),
@@ -303,6 +307,8 @@ def plan_bench(
         raise FrspecError("--token-map files set the map sizes themselves; drop --eagle-token-map-sizes")
     if (token_map or counts) and token_map_source != "sharegpt":
         raise FrspecError("--token-map-source picks the default maps' counts; drop it with --token-map or --counts")
+    if ignore_eos and engine != "frspec":
+        raise FrspecError("--ignore-eos runs on frspec's own engine; drop it with --engine vllm")
     if context_rows and engine != "frspec":
         raise FrspecError("--context-rows runs on frspec's own engine (the vLLM plugin has no context rows yet)")
     plan = BenchPlan(
@@ -327,7 +333,7 @@ def plan_bench(
         quant_draft_head=quant_draft_head,
         llamacpp=(preset.llamacpp or (on_cpu and bool(rows))) and not no_llamacpp,
         row_costs=n_row_costs, row_cost_quants=preset.row_cost_quants,
-        sampling=sampling, warmup_tokens=warmup_tokens, engine=engine, batch_sizes=tuple(batch_sizes),
+        sampling=sampling, ignore_eos=ignore_eos, warmup_tokens=warmup_tokens, engine=engine, batch_sizes=tuple(batch_sizes),
         repeats=(2 if engine == "vllm" else 1) if repeats is None else repeats, vllm_compiled=vllm_compiled, vllm_full_row=vllm_full_row, progress=progress, out=str(out), preset="quick" if quick else "default", command=command,
     )
     _check(plan)

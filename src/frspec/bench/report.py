@@ -254,7 +254,9 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
         + (f"; kernels: {machine['kernel_isa']}" if machine.get("kernel_isa") else "")
         + (f", GPU {machine['gpu']}" if machine.get("gpu") else ""),
         f"- Prompts: {meta.get('num_prompts')} from {meta.get('dataset')}; max new tokens: "
-        f"{meta.get('max_new_tokens')}; decoding: {meta.get('decoding')}",
+        f"{meta.get('max_new_tokens')}"
+        + (" (EOS ignored: every answer runs to it)" if meta.get("ignore_eos") else "")
+        + f"; decoding: {meta.get('decoding')}",
     ]
     for section in meta.get("sections") or [meta]:
         where = f" (target `{section['target']}`)" if len(meta.get("sections") or ()) > 1 else ""

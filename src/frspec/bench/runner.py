@@ -75,10 +75,11 @@ class _PeerGenerator:
     def __init__(self, peer, eos_ids: set[int]):
         self.peer, self.eos_ids = peer, eos_ids
 
-    def generate(self, input_ids, max_new_tokens, sampling):
+    def generate(self, input_ids, max_new_tokens, sampling, eos_token_ids=None):
         if not sampling.is_greedy:
             raise ValueError("the llama.cpp row decodes greedily only")
-        tokens, stats = self.peer.generate(input_ids[0].tolist(), max_new_tokens, self.eos_ids)
+        eos_ids = self.eos_ids if eos_token_ids is None else set(eos_token_ids)
+        tokens, stats = self.peer.generate(input_ids[0].tolist(), max_new_tokens, eos_ids)
         return SimpleNamespace(token_ids=tokens, stats=stats)
 
 
@@ -176,9 +177,11 @@ def _ranked_ids(ranking: TokenMap) -> torch.Tensor:
     return torch.cat([ranking.ids[is_kept], ranking.ids[~is_kept]])
 
 
-def _generate(generator, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams, device):
+def _generate(generator, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams, device,
+              eos_ids: list[int] | None = None):
     input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
-    return generator.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, sampling=sampling)
+    return generator.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, sampling=sampling,
+                              eos_token_ids=eos_ids)
 
 
 def run_benchmark(
@@ -198,6 +201,7 @@ def run_benchmark(
     llamacpp: Any = None,
     quant_draft_heads: Mapping[str, str | None] = {},
     repeats: int = 1,
+    ignore_eos: bool = False,
 ) -> BenchResult:
     """Run `methods` on `prompts` (pairs of prompt id and chat-formatted token ids) and collect the results.
 
@@ -213,7 +217,8 @@ def run_benchmark(
 
     With sampling, each prompt gets its own seed (sampling.seed + prompt index), the same for every method. With
     greedy decoding, every speculative output is compared to vanilla's and each difference is recorded with the
-    target's top-2 logit margin there (bench/divergence.py); nothing is hidden or retried.
+    target's top-2 logit margin there (bench/divergence.py); nothing is hidden or retried. With `ignore_eos` every
+    answer runs to `max_new_tokens`: no EOS ends it (the llama.cpp row's neither).
     """
     methods = list(methods)
     if not prompts:
@@ -225,6 +230,7 @@ def run_benchmark(
     device = next(target.parameters()).device
     generators = _build_generators(methods, target, draft, eagle, tokenizer, token_maps, draft_head_quant,
                                    quantized, llamacpp, quant_draft_heads)
+    eos_ids = [] if ignore_eos else None  # None: each generator's own EOS ids
 
     # The bar counts token budgets (warm-ups included), so its ETA weighs a long generation more than a short one.
     warmup_tokens = min(warmup_tokens, max_new_tokens)
@@ -262,7 +268,8 @@ def run_benchmark(
                     bar.set_postfix_str(f"{prompt_id} {m.label}" + (f" round {r + 1}" if repeats > 1 else ""))
                     if m in carried:
                         generators[m].carry_from(carried[m])
-                    runs.setdefault(m, []).append(_generate(generators[m], prompt_ids, max_new_tokens, params, device))
+                    runs.setdefault(m, []).append(_generate(generators[m], prompt_ids, max_new_tokens, params, device,
+                                                            eos_ids))
                     bar.update(max_new_tokens)
             for m, outs in runs.items():
                 if len({tuple(o.token_ids) for o in outs}) > 1:

@@ -218,7 +218,7 @@ def _run_section(section: Section, plan: BenchPlan, prompts, say) -> tuple[Any, 
         target, section.draft, tokenizer, encoded, methods, token_maps, plan.max_new_tokens, sampling,
         warmup_tokens=plan.warmup_tokens, progress=plan.progress, eagle=section.eagle,
         draft_head_quant=plan.draft_quant, quantized=section.quantized, quant_draft_heads=plan.quant_draft_heads,
-        llamacpp=section.llamacpp if sampling.is_greedy else None, repeats=plan.repeats,
+        llamacpp=section.llamacpp if sampling.is_greedy else None, repeats=plan.repeats, ignore_eos=plan.ignore_eos,
     )
     meta = {
         "target": section.target_spec,
@@ -345,6 +345,7 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = lambda message: None)
         "num_prompts": len(prompts),
         "prompt_ids": [p.id for p in prompts],
         "max_new_tokens": plan.max_new_tokens,
+        "ignore_eos": plan.ignore_eos,
         "decoding": decoding,
         "load_time_s": load_time,
         "warmup_time_s": sum(m["warmup_time_s"] for m in section_meta),

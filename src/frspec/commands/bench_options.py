@@ -22,7 +22,7 @@ PLAN_OPTIONS = (
     "draft_tree_shapes", "tree_shapes", "eagle_token_map_sizes", "context_rows", "context_budgets", "token_map",
     "counts", "token_map_source", "quant_rows", "quant_num_spec_tokens", "quant_token_map_sizes", "quant_draft_head",
     "no_llamacpp", "row_costs", "warmup_tokens", "engine", "batch_sizes", "repeats", "vllm_compiled", "vllm_full_row", "out",
-    "auto",
+    "auto", "ignore_eos",
 )
 
 
@@ -124,6 +124,9 @@ def add_bench_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=0, help="top-k filter when sampling (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="top-p filter when sampling (1.0 = off)")
     add_seed(p, "sampling seed; prompt i uses seed + i for every method")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="every answer runs to --max-new-tokens, EOS or not (sampled rows then compare answers of one "
+                        "length)")
     p.add_argument("--warmup-tokens", type=int, default=8, help="tokens of each method's unmeasured warm-up (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--engine", choices=ENGINES, default="frspec",
