@@ -333,7 +333,8 @@ def plan_bench(
         quant_draft_head=quant_draft_head,
         llamacpp=(preset.llamacpp or (on_cpu and bool(rows))) and not no_llamacpp,
         row_costs=n_row_costs, row_cost_quants=preset.row_cost_quants,
-        sampling=sampling, ignore_eos=ignore_eos, warmup_tokens=warmup_tokens, engine=engine, batch_sizes=tuple(batch_sizes),
+        sampling=sampling, ignore_eos=ignore_eos, warmup_tokens=warmup_tokens, engine=engine,
+        batch_sizes=tuple(batch_sizes),
         repeats=(2 if engine == "vllm" else 1) if repeats is None else repeats, vllm_compiled=vllm_compiled, vllm_full_row=vllm_full_row, progress=progress, out=str(out), preset="quick" if quick else "default", command=command,
     )
     _check(plan)

@@ -69,8 +69,9 @@ class SpeculativeGenerator:
     the given tree or none; map sizes among the settings' on a drafter with a ranked head (vocab/ranked_vocab.py).
     With the settings' `recalibrate` (the default), the target's costs are rescaled after every request, and within
     one every RESCALE_EVERY timed forwards, from the forwards this generator timed (decode/cost_calibration.py):
-    `costs` is the table the next request starts from, `measured_costs` the one given. `timings`: forwards timed against `costs` before (decode/cost_measure.py
-    returns those kept beside cached costs), written back to their `path` after every request.
+    `costs` is the table the next request starts from, `measured_costs` the one given. `timings`: forwards timed
+    against `costs` before (decode/cost_measure.py returns those kept beside cached costs), written back to their
+    `path` after every request.
     """
 
     def __init__(

@@ -108,9 +108,9 @@ def build_generator(
     explicit shape too; an integer fixes it (the first N ids of the map; the head's full size: no map). The choice
     needs this machine's step costs: `costs` (e.g. from a `frspec tune` config), else they are measured once per
     machine and model pair and cached (decode/cost_measure.py). With `recalibrate_costs` (the default) the
-    generator rescales them, after and within requests, from the forwards it times (decode/cost_calibration.py), and keeps
-    those timings beside cached costs for the next process; False
-    decides every request by `costs` as given (e.g. made-up costs in a test).
+    generator rescales them, after and within requests, from the forwards it times (decode/cost_calibration.py),
+    and keeps those timings beside cached costs for the next process; False decides every request by `costs` as
+    given (e.g. made-up costs in a test).
     """
     shape = _shape(num_spec_tokens, tree)
     # Vanilla with num_spec_tokens (its length checked by _shape): nothing drafts it, so one call site can serve
