@@ -163,7 +163,7 @@ class Replay:
             drawn = ([1.0] * accepted + [0.0])[:drafted]
             controller.observe(state, controller.Plan(drafted, k, plan.probe), accepted,
                                record["ranks"][i : i + emitted], None, drawn)
-            controller.count_saving(state, self.costs, drafted, k, emitted, context, behind)
+            controller.count_saving(state, self.costs, drafted, k, emitted, context, behind, plan.finding_out)
             seconds += self.step_s(drafted, k, context, behind)
             depths[drafted] += 1
             if steps:

@@ -8,13 +8,15 @@ the engine: choose, "draft" and "verify" the chain, observe.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 import pytest
 
 from frspec.decode import controller
-from frspec.decode.controller import (EXPLORE_LOSS, ControllerSettings, Plan, carried_confidence, chain_rule, choose,
-                                      expected_tokens, new_request, observe, rates)
+from frspec.decode.controller import (EXPLORE_BUDGET, EXPLORE_LOSS, ControllerSettings, Plan, carried_confidence,
+                                      chain_rule, choose, count_saving, drafter_prefill_tokens, expected_tokens,
+                                      new_request, observe, rates)
 from frspec.decode.step_costs import StepCosts
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
@@ -234,6 +236,53 @@ def test_drafting_on_the_bound_alone_tries_the_draft_that_loses_least_at_the_est
     paying = [dk for dk, rate in bound.items() if dk[0] > 0 and rate > bound[(0, SIZES[-1])]]
     assert paying  # the bound alone would still draft ...
     assert all(estimate[dk] < (1 - EXPLORE_LOSS) * plain for dk in paying)  # ... but each such draft loses too much
+
+
+def _finding_out(settings, step_costs, agree, budget, steps=300, seed=7):
+    """`simulate`, counting each step's saving as the engine does (count_saving), with `budget` seconds for the steps
+    taken to find out: the plans, and before each step what those steps had lost so far."""
+    state = new_request(settings, seed=seed)
+    state.explore_budget_s = budget
+    world = random.Random(1)
+    plans, lost = [], []
+    for _ in range(steps):
+        lost.append(state.explored_s)
+        behind = state.behind
+        plan = choose(state, step_costs)
+        accepted = 0
+        while accepted < plan.depth and world.random() < agree:
+            accepted += 1
+        observe(state, plan, accepted, [0] * (accepted + 1))
+        count_saving(state, step_costs, plan.depth, plan.size, accepted + 1, behind=behind,
+                     finding_out=plan.finding_out)
+        plans.append(plan)
+    return plans, lost
+
+
+def test_the_steps_taken_to_find_out_stop_once_they_lost_the_requests_exploration_budget():
+    settings = ControllerSettings(sizes=SIZES, probe_every=10)
+    poor = costs(lambda n: 0.3 + 0.03 * n, base=0.05)
+    unbounded, lost = _finding_out(settings, poor, agree=0.05, budget=math.inf)
+    tries = [i for i, p in enumerate(unbounded) if p.finding_out]
+    assert len(tries) >= 15  # probes (and drafts on the bound) all through the request
+    # A budget of what the first five lost: the same five, then plain decoding to the end.
+    budget = lost[tries[4] + 1]
+    assert budget > 0
+    bounded, spent = _finding_out(settings, poor, agree=0.05, budget=budget)
+    assert bounded[:tries[4] + 1] == unbounded[:tries[4] + 1]
+    assert all(p.depth == 0 for p in bounded[tries[4] + 1:]) and spent[-1] == budget
+    # A step taken to find out that pays gives its saving back; the estimate's own drafts spend nothing.
+    state = new_request(settings)
+    count_saving(state, FLAT, 1, SIZES[0], 2, finding_out=True)  # 2 tokens for about one plain step's time
+    assert state.explored_s < 0
+    count_saving(state, FLAT, 1, SIZES[0], 1, finding_out=False)
+    assert state.explored_s < 0 and state.may_explore
+    # The budget is EXPLORE_BUDGET of the request's expected plain decoding time, set where its drafter's prefill is
+    # decided (unbounded before: a caller that never decides one keeps every step's own bound alone).
+    assert new_request(settings).explore_budget_s == math.inf
+    state = new_request(settings)
+    drafter_prefill_tokens(state, LINEAR, 100, 64)
+    assert state.explore_budget_s == pytest.approx(EXPLORE_BUDGET * 64 * LINEAR.step_time_s(None))
 
 
 def test_expected_counts_replace_the_accept_reject_outcomes_when_given():

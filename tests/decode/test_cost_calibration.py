@@ -256,6 +256,63 @@ def test_the_engine_recalibrates_between_requests_keeps_the_timings_and_stays_lo
                              timings=StepTimings(_table({1: 1.0})))
 
 
+def _drafting_generator(target, draft) -> tuple[SpeculativeGenerator, StepCosts]:
+    """An `auto` generator deciding by a table whose one-row forward reads 4x what it costs (drafting pays by it,
+    so the controller drafts), and that table."""
+    auto = build_generator(target, draft, _RANKING)
+    measured = auto.measured_costs
+
+    def dearer(table: dict[int, float]) -> dict[int, float]:
+        return {n: (4.0 if n == 1 else 1.0) * t for n, t in table.items()}
+
+    dear = replace(measured, target_costs=dearer(measured.target_costs),
+                   target_by_context={c: dearer(t) for c, t in measured.target_by_context.items()})
+    return SpeculativeGenerator(target, auto.drafter, controller=auto.controller, costs=dear), dear
+
+
+def test_the_engines_steps_taken_to_find_out_spend_the_exploration_budget_and_stay_lossless(tmp_path, monkeypatch):
+    monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
+    import frspec.decode.controller as controller
+    import frspec.decode.engine as engine
+    target, draft = _tiny_pair()
+    prompt, greedy = list(range(3, 12)), SamplingParams()
+    ref = build_generator(target).generate(input_ids=prompt, max_new_tokens=40, eos_token_ids=[],
+                                           sampling=greedy).token_ids
+    plans, counted = [], []
+    real_choose, real_count = engine.choose, engine.count_saving
+
+    def choose(state, costs, *args, **kwargs):
+        plans.append(real_choose(state, costs, *args, **kwargs))
+        return plans[-1]
+
+    def count_saving(state, costs, drafted, size, emitted, context=None, behind=0, finding_out=False):
+        counted.append(finding_out)
+        return real_count(state, costs, drafted, size, emitted, context, behind, finding_out)
+
+    monkeypatch.setattr(engine, "choose", choose)
+    monkeypatch.setattr(engine, "count_saving", count_saving)
+    # A fixed table (the tiny models' measured ones vary from run to run) by which a chain of 3 or 4 is best at the
+    # prior acceptance and every other length within COST_EXPLORE_LOSS of it: with no row count timed, the first step
+    # drafts another length to time it, a step taken to find out; each step's flag is passed on to count_saving.
+    measured = build_generator(target, draft, _RANKING).measured_costs
+    fixed = replace(measured, target_costs={n: 1.0 + 0.1 * (n - 1) for n in range(1, 8)}, target_by_context={},
+                    draft_base_costs={1: 0.05, 64: 0.1, 256: 0.3, 512: 0.6, 1024: 1.2}, draft_base_by_context={})
+
+    def generator() -> SpeculativeGenerator:
+        auto = build_generator(target, draft, _RANKING)
+        return SpeculativeGenerator(target, auto.drafter, controller=auto.controller, costs=fixed)
+
+    auto = generator()
+    assert auto.generate(input_ids=prompt, max_new_tokens=40, eos_token_ids=[], sampling=greedy).token_ids == ref
+    assert plans[0].timing and counted == [p.finding_out for p in plans]
+    # With no budget to find out, only the best estimate is drafted; still token for token.
+    monkeypatch.setattr(controller, "EXPLORE_BUDGET", 0.0)
+    plans.clear()
+    auto = generator()
+    assert auto.generate(input_ids=prompt, max_new_tokens=40, eos_token_ids=[], sampling=greedy).token_ids == ref
+    assert plans and not any(p.finding_out for p in plans)
+
+
 def test_the_engine_rescales_within_a_request_and_stays_lossless(tmp_path, monkeypatch):
     monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
     import frspec.decode.engine as engine
@@ -263,15 +320,7 @@ def test_the_engine_rescales_within_a_request_and_stays_lossless(tmp_path, monke
     prompt, greedy = list(range(3, 12)), SamplingParams()
     ref = build_generator(target).generate(input_ids=prompt, max_new_tokens=40, eos_token_ids=[],
                                            sampling=greedy).token_ids
-    # A table whose one-row forward reads 4x what it costs: drafting pays by it, so the controller drafts.
-    auto = build_generator(target, draft, _RANKING)
-    measured = auto.measured_costs
-    def dearer(table: dict[int, float]) -> dict[int, float]:
-        return {n: (4.0 if n == 1 else 1.0) * t for n, t in table.items()}
-
-    dear = replace(measured, target_costs=dearer(measured.target_costs),
-                   target_by_context={c: dearer(t) for c, t in measured.target_by_context.items()})
-    auto = SpeculativeGenerator(target, auto.drafter, controller=auto.controller, costs=dear)
+    auto, dear = _drafting_generator(target, draft)
     seen = []
     real_choose = engine.choose
 

@@ -78,6 +78,12 @@ the best: a wrong table entry can only flip a decision that close, and the contr
 the length it wrongly avoids. The counts it goes by are those at the request's start plus its own steps', so this
 too is a function of the seed, the observations and the starting table.
 
+Each step taken only to find out (a probe, a draft on acceptance's upper bound alone, a timing draft) is bounded
+alone; together they may lose at most `EXPLORE_BUDGET` of the request's expected plain decoding time, counted at the
+costs net of what they saved (one that pays gives its saving back), and once they have, the request drafts only
+where the estimate says drafting pays. A request that finds out on a machine where every draft loses a little then
+costs at most its drafter's prefill and that share.
+
 A chain chosen this way may run longer than the best fixed length, and stops where the drafter's own confidence says
 the next draft will not pay (`chain_rule`): after each drafted token the drafter reports the draft distribution's
 probability of it, and how often tokens drafted at such a probability were accepted (`drawn_acceptance` in
@@ -207,6 +213,14 @@ COMMON_SHARE = 0.85
 # plainly at 0.78x the drafter without a map, while code files' 1,309-token prefill (4.2 s, 22%) would have cost
 # code 10-20% to try where every static row lost to vanilla.
 EXPLORE_PREFILL_SHARE = 0.10
+# The steps a request takes only to find out (probes, drafts on acceptance's upper bound alone, timing drafts) may
+# together lose at most this share of the request's expected plain decoding time, net of what they saved (at the
+# costs, `count_saving`); once they have, it drafts only where the estimate says drafting pays. Each such step is
+# bounded alone (EXPLORE_LOSS, COST_EXPLORE_LOSS, a probe's catch-up), their number was not. Measured (bf16 pair,
+# AVX512 EPYC, 128 greedy tokens): a run's first MT-Bench question, where every draft lost 0-14% at the costs,
+# prefilled its drafter to find out and then drafted 15 of its 115 steps (1.66 s of drafting, 0.91x vanilla, `5648e52`);
+# in another run 5 probes and their catch-ups took 0.57 s of drafting. 3% of a 128-token answer's 17 s is 0.5 s.
+EXPLORE_BUDGET = 0.03
 # The plain tokens a request decodes before a late drafter prefill (`plain_tokens_first`) forgo, at the saving a token
 # is expected to make, at most this share of that prefill's time: deferring pays where more than this share of
 # requests end within those tokens (a fixed cost against a per-token one, for a length not known in advance). At 5%,
@@ -300,6 +314,7 @@ class Plan:
     size: int
     probe: bool = False  # drafting only to observe acceptance again
     timing: bool = False  # chosen to time a row count the costs have too few forwards of (not the best estimate)
+    bound: bool = False  # drafted because acceptance's upper bound says it pays, where the estimate says it does not
     # An adaptive chain (longest > 0) may run from `depth`, the best fixed length by the estimate, up to `longest`:
     # `chain_rule` ends it where another draft does not pay at `rate`, the expected tokens per second of `depth`.
     longest: int = 0
@@ -313,6 +328,11 @@ class Plan:
     def drafts(self) -> int:
         """The most tokens the step drafts."""
         return max(self.depth, self.longest)
+
+    @property
+    def finding_out(self) -> bool:
+        """Drafted to find out (acceptance, or a row count's cost), not as the best estimate: EXPLORE_BUDGET."""
+        return self.depth > 0 and (self.probe or self.timing or self.bound)
 
 
 @dataclass
@@ -354,6 +374,16 @@ class ControllerState:
     explore_prefill: bool = True
     saved_s: float = 0.0
     counted_tokens: int = 0
+    # What the request's steps taken to find out may lose in all (EXPLORE_BUDGET of its expected plain time, set
+    # where its drafter's prefill is decided; unbounded until then), and what they lost so far, net of what they
+    # saved (`count_saving`).
+    explore_budget_s: float = math.inf
+    explored_s: float = 0.0
+
+    @property
+    def may_explore(self) -> bool:
+        """Whether the steps taken to find out have budget left (EXPLORE_BUDGET)."""
+        return self.explored_s < self.explore_budget_s
 
     def confident_acceptance(self, probability: float) -> float:
         """How often a draft drawn at this draft probability is accepted: its bin's rate, shrunk towards the
@@ -548,7 +578,7 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
     if 0 not in state.settings.depths:
         return prompt_tokens  # plain decoding is not an option here (an explicit length or tree): draft anyway
     contexts = request_contexts(costs, prompt_tokens, max_new_tokens)  # flat costs: every context reads the same
-    saved = 0.0
+    saved, plain_s = 0.0, 0.0
     for context in contexts:
         options = rates(state, costs, max_new_tokens, context=context)
         plain = options[(0, state.settings.sizes[-1])]
@@ -557,8 +587,10 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
             return 0
         best = max(drafting)
         saved += max(1.0 / plain - 1.0 / best, 0.0) / len(contexts)
+        plain_s += 1.0 / plain / len(contexts)
     state.expected_saving = saved
     emitted = max_new_tokens if expected_tokens is None else expected_tokens
+    state.explore_budget_s = EXPLORE_BUDGET * emitted * plain_s
     if saved * state.worth * emitted > costs.drafter_prefill_s(prompt_tokens):
         return prompt_tokens
     if state.explore_prefill and _worth_exploring(state, costs, prompt_tokens, max_new_tokens, emitted, contexts):
@@ -599,15 +631,19 @@ def plain_tokens_first(state: ControllerState, costs: StepCosts, prefill_tokens:
 
 
 def count_saving(state: ControllerState, costs: StepCosts, drafted: int, size: int, emitted: int,
-                 context: int | None = None, behind: int = 0) -> None:
+                 context: int | None = None, behind: int = 0, finding_out: bool = False) -> None:
     """Add what one step saved against plain steps, at the costs the controller chose by (not the clock's: a
     request's few seconds of noise would swamp it): `emitted` plain steps' time less the step's, a draft of
     `drafted` tokens over `size` rows (0: a plain step, which saves nothing) at `context`, after catching the
-    drafter up over `behind` tokens."""
+    drafter up over `behind` tokens. A step taken to find out (`Plan.finding_out`) spends what it lost from the
+    request's EXPLORE_BUDGET (and gives back what it saved)."""
     context = _rounded(context)
     if drafted:
         spent = _step_time(state, costs, drafted, size, context) + costs.behind_s(behind, context)
-        state.saved_s += emitted * _step_time(state, costs, 0, state.settings.sizes[-1], context) - spent
+        saved = emitted * _step_time(state, costs, 0, state.settings.sizes[-1], context) - spent
+        state.saved_s += saved
+        if finding_out:
+            state.explored_s -= saved
     state.counted_tokens += emitted
 
 
@@ -666,7 +702,8 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
     if not options:
         return _record(state, Plan(0, s.sizes[-1]))
     depth, k = _best(options)
-    untimed = _untimed(state, options, depth)
+    exploring = state.may_explore  # else only the best estimate is drafted (EXPLORE_BUDGET)
+    untimed = _untimed(state, options, depth) if exploring else {}
     if untimed:
         depth, k = _best(untimed)
         return _record(state, Plan(depth, k, timing=True))
@@ -674,7 +711,7 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
         # The longest allowed chain, cut by `chain_rule` where the drafter's confidence says so.
         longest = max(d for d, _ in options)
         return _record(state, Plan(depth, k, longest=longest, rate=options[(depth, k)]))
-    if depth > 0 or s.max_depth == 0 or (remaining is not None and remaining <= 1):
+    if depth > 0 or s.max_depth == 0 or (remaining is not None and remaining <= 1) or not exploring:
         return _record(state, Plan(depth, k))
     # Plain decoding wins on the estimate: draft anyway while acceptance's upper bound says drafting pays, but
     # explore with the draft that, among those the bound says pay, loses least at the estimate (usually the
@@ -686,7 +723,7 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
     if paying:
         depth, k = _best(paying)
         state.plain_steps = 0
-        return _record(state, Plan(depth, k))
+        return _record(state, Plan(depth, k, bound=True))
     # Plain decoding: probe now and then if only the acceptance estimate, not the machine, rules speculation out.
     state.plain_steps += 1
     if state.plain_steps >= state.next_probe:

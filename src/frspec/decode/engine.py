@@ -424,7 +424,7 @@ class SpeculativeGenerator:
                 inside = vocab.ranks(torch.arange(vocab.vocab_size)) < plan.size
             expected, drawn = chain_acceptance(step.tree, step.target_logits, step.path, state.sampling, inside)
         observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks, expected, drawn)
-        count_saving(control, costs, step.drafted_depth, plan.size, len(step.tokens), context, behind)
+        count_saving(control, costs, step.drafted_depth, plan.size, len(step.tokens), context, behind, plan.finding_out)
         stats.record_choice(step.drafted_depth, plan.size)
         return step
 
