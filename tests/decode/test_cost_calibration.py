@@ -256,18 +256,12 @@ def test_the_engine_recalibrates_between_requests_keeps_the_timings_and_stays_lo
                              timings=StepTimings(_table({1: 1.0})))
 
 
-def _drafting_generator(target, draft) -> tuple[SpeculativeGenerator, StepCosts]:
-    """An `auto` generator deciding by a table whose one-row forward reads 4x what it costs (drafting pays by it,
-    so the controller drafts), and that table."""
-    auto = build_generator(target, draft, _RANKING)
-    measured = auto.measured_costs
-
-    def dearer(table: dict[int, float]) -> dict[int, float]:
-        return {n: (4.0 if n == 1 else 1.0) * t for n, t in table.items()}
-
-    dear = replace(measured, target_costs=dearer(measured.target_costs),
-                   target_by_context={c: dearer(t) for c, t in measured.target_by_context.items()})
-    return SpeculativeGenerator(target, auto.drafter, controller=auto.controller, costs=dear), dear
+def _vanilla_answer(target) -> tuple[list[int], SamplingParams, list[int]]:
+    """A prompt, greedy sampling and the target's own 40 tokens after it, for the engine's requests to match."""
+    prompt, greedy = list(range(3, 12)), SamplingParams()
+    ref = build_generator(target).generate(input_ids=prompt, max_new_tokens=40, eos_token_ids=[],
+                                           sampling=greedy).token_ids
+    return prompt, greedy, ref
 
 
 def test_the_engines_steps_taken_to_find_out_spend_the_exploration_budget_and_stay_lossless(tmp_path, monkeypatch):
@@ -275,9 +269,7 @@ def test_the_engines_steps_taken_to_find_out_spend_the_exploration_budget_and_st
     import frspec.decode.controller as controller
     import frspec.decode.engine as engine
     target, draft = _tiny_pair()
-    prompt, greedy = list(range(3, 12)), SamplingParams()
-    ref = build_generator(target).generate(input_ids=prompt, max_new_tokens=40, eos_token_ids=[],
-                                           sampling=greedy).token_ids
+    prompt, greedy, ref = _vanilla_answer(target)
     plans, counted = [], []
     real_choose, real_count = engine.choose, engine.count_saving
 
@@ -317,10 +309,17 @@ def test_the_engine_rescales_within_a_request_and_stays_lossless(tmp_path, monke
     monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
     import frspec.decode.engine as engine
     target, draft = _tiny_pair()
-    prompt, greedy = list(range(3, 12)), SamplingParams()
-    ref = build_generator(target).generate(input_ids=prompt, max_new_tokens=40, eos_token_ids=[],
-                                           sampling=greedy).token_ids
-    auto, dear = _drafting_generator(target, draft)
+    prompt, greedy, ref = _vanilla_answer(target)
+    # A table whose one-row forward reads 4x what it costs: drafting pays by it, so the controller drafts.
+    auto = build_generator(target, draft, _RANKING)
+    measured = auto.measured_costs
+
+    def dearer(table: dict[int, float]) -> dict[int, float]:
+        return {n: (4.0 if n == 1 else 1.0) * t for n, t in table.items()}
+
+    dear = replace(measured, target_costs=dearer(measured.target_costs),
+                   target_by_context={c: dearer(t) for c, t in measured.target_by_context.items()})
+    auto = SpeculativeGenerator(target, auto.drafter, controller=auto.controller, costs=dear)
     seen = []
     real_choose = engine.choose
 
