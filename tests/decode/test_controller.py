@@ -34,12 +34,15 @@ FLAT = costs(lambda n: 0.3 + 0.01 * n)  # bandwidth-bound: extra rows nearly fre
 LINEAR = costs(lambda n: 0.3 * n)  # k + 1 rows cost k + 1 one-row forwards (the 2-core EPYC in bf16)
 
 
-def simulate(settings, step_costs, rank_of_token, agree, steps=300, seed=0, world_seed=1):
-    """Plans chosen over `steps` steps; rank_of_token(t, rng) gives the t-th target token's rank."""
+def simulate(settings, step_costs, rank_of_token, agree, steps=300, seed=0, world_seed=1, budget=math.inf):
+    """Plans chosen over `steps` steps; rank_of_token(t, rng) gives the t-th target token's rank. Each step's saving
+    is counted as the engine counts it (count_saving), against `budget` seconds for the steps taken to find out."""
     state = new_request(settings, seed=seed)
+    state.explore_budget_s = budget
     world = random.Random(world_seed)
     plans, t = [], 0
     for _ in range(steps):
+        behind = state.behind
         plan = choose(state, step_costs)
         ranks, accepted = [], 0
         for i in range(plan.depth + 1):
@@ -50,6 +53,8 @@ def simulate(settings, step_costs, rank_of_token, agree, steps=300, seed=0, worl
                 break
             accepted += 1
         observe(state, plan, accepted, ranks)
+        count_saving(state, step_costs, plan.depth, plan.size, len(ranks), behind=behind,
+                     finding_out=plan.finding_out)
         plans.append(plan)
     return plans, state
 
@@ -238,39 +243,20 @@ def test_drafting_on_the_bound_alone_tries_the_draft_that_loses_least_at_the_est
     assert all(estimate[dk] < (1 - EXPLORE_LOSS) * plain for dk in paying)  # ... but each such draft loses too much
 
 
-def _finding_out(settings, step_costs, agree, budget, steps=300, seed=7):
-    """`simulate`, counting each step's saving as the engine does (count_saving), with `budget` seconds for the steps
-    taken to find out: the plans, and before each step what those steps had lost so far."""
-    state = new_request(settings, seed=seed)
-    state.explore_budget_s = budget
-    world = random.Random(1)
-    plans, lost = [], []
-    for _ in range(steps):
-        lost.append(state.explored_s)
-        behind = state.behind
-        plan = choose(state, step_costs)
-        accepted = 0
-        while accepted < plan.depth and world.random() < agree:
-            accepted += 1
-        observe(state, plan, accepted, [0] * (accepted + 1))
-        count_saving(state, step_costs, plan.depth, plan.size, accepted + 1, behind=behind,
-                     finding_out=plan.finding_out)
-        plans.append(plan)
-    return plans, lost
-
-
 def test_the_steps_taken_to_find_out_stop_once_they_lost_the_requests_exploration_budget():
     settings = ControllerSettings(sizes=SIZES, probe_every=10)
     poor = costs(lambda n: 0.3 + 0.03 * n, base=0.05)
-    unbounded, lost = _finding_out(settings, poor, agree=0.05, budget=math.inf)
+    # Every draft rejected: each step taken to find out loses, so what they lost only grows.
+    unbounded, _ = simulate(settings, poor, in_top(100), agree=0.0, seed=7)
     tries = [i for i, p in enumerate(unbounded) if p.finding_out]
     assert len(tries) >= 15  # probes (and drafts on the bound) all through the request
     # A budget of what the first five lost: the same five, then plain decoding to the end.
-    budget = lost[tries[4] + 1]
+    _, after_five = simulate(settings, poor, in_top(100), agree=0.0, seed=7, steps=tries[4] + 1)
+    budget = after_five.explored_s
     assert budget > 0
-    bounded, spent = _finding_out(settings, poor, agree=0.05, budget=budget)
+    bounded, state = simulate(settings, poor, in_top(100), agree=0.0, seed=7, budget=budget)
     assert bounded[:tries[4] + 1] == unbounded[:tries[4] + 1]
-    assert all(p.depth == 0 for p in bounded[tries[4] + 1:]) and spent[-1] == budget
+    assert all(p.depth == 0 for p in bounded[tries[4] + 1:]) and state.explored_s == budget
     # A step taken to find out that pays gives its saving back; the estimate's own drafts spend nothing.
     state = new_request(settings)
     count_saving(state, FLAT, 1, SIZES[0], 2, finding_out=True)  # 2 tokens for about one plain step's time

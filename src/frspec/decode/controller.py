@@ -593,7 +593,8 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
     state.explore_budget_s = EXPLORE_BUDGET * emitted * plain_s
     if saved * state.worth * emitted > costs.drafter_prefill_s(prompt_tokens):
         return prompt_tokens
-    if state.explore_prefill and _worth_exploring(state, costs, prompt_tokens, max_new_tokens, emitted, contexts):
+    if state.explore_prefill and _worth_exploring(state, costs, prompt_tokens, max_new_tokens, emitted, contexts,
+                                                  plain_s):
         return prompt_tokens
     for tokens in sorted((w for w in windows if w < prompt_tokens), reverse=True):
         if saved * state.worth * emitted > costs.drafter_prefill_s(tokens):
@@ -602,17 +603,17 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
 
 
 def _worth_exploring(state: ControllerState, costs: StepCosts, prompt_tokens: int, max_new_tokens: int,
-                     emitted: float, contexts: Sequence[int]) -> bool:
+                     emitted: float, contexts: Sequence[int], plain_s: float) -> bool:
     """Whether a request whose kind carried too few drafts to go by prefills its drafter over the whole prompt to
     find out how the kind's drafts are accepted (EXPLORE_PREFILL_SHARE): the prefill costs at most that share of
-    the request's expected plain decoding time, and the best draft wins it back at acceptance's upper bound. The
-    whole prompt only: a window's drafts are accepted differently, so what they show is not carried."""
-    plain_s, saved = 0.0, 0.0  # a plain token's time and the best draft's saving a token, averaged over contexts
+    the request's expected plain decoding time (`plain_s` a token, averaged over `contexts`), and the best draft
+    wins it back at acceptance's upper bound. The whole prompt only: a window's drafts are accepted differently, so
+    what they show is not carried."""
+    saved = 0.0  # the best draft's saving a token at the upper bound, averaged over contexts
     for context in contexts:
         options = rates(state, costs, max_new_tokens, acceptance="upper", context=context)
         plain = 1.0 / options[(0, state.settings.sizes[-1])]  # a plain step's rate does not depend on acceptance
         best = max(rate for (depth, _), rate in options.items() if depth)
-        plain_s += plain / len(contexts)
         saved += max(plain - 1.0 / best, 0.0) / len(contexts)
     prefill = costs.drafter_prefill_s(prompt_tokens)
     return prefill <= EXPLORE_PREFILL_SHARE * emitted * plain_s and saved * emitted > prefill
