@@ -2,6 +2,7 @@ import csv
 import json
 
 import pytest
+import torch
 
 from frspec.bench import report
 from frspec.bench.report import COLUMNS, format_value, markdown_table, render_table, write_report
@@ -71,6 +72,25 @@ def test_a_report_says_when_eos_was_ignored():
     assert "EOS ignored" not in report.markdown_report(payload)
     payload["meta"]["ignore_eos"] = True
     assert "(EOS ignored: every answer runs to it)" in report.markdown_report(payload)
+
+
+def test_a_report_names_the_kernels_its_process_chose_for_half_precision_calls(monkeypatch):
+    # They are measured once per process (models/wide_linear.py, models/one_row_linear.py): a mis-measurement
+    # slows every forward of a run, and the machine line shows it.
+    from frspec.bench.environment import machine_info
+    from frspec.models import one_row_linear, wide_linear
+
+    monkeypatch.setattr(wide_linear, "fp32_is_faster", lambda dtype: True)
+    monkeypatch.setattr(one_row_linear, "native_is_faster", lambda dtype: False)
+    payload = _payload()
+    assert "through fp32" not in report.markdown_report(payload)
+    payload["meta"]["machine"] = machine_info(torch.bfloat16)
+    assert (f"; bfloat16 calls through fp32: from {wide_linear.WIDE_ROWS} rows, one-row calls on PyTorch's kernel: no"
+            in report.markdown_report(payload))
+    monkeypatch.setattr(wide_linear, "fp32_is_faster", lambda dtype: False)
+    payload["meta"]["machine"] = machine_info(torch.bfloat16)
+    assert "; bfloat16 calls through fp32: never, one-row" in report.markdown_report(payload)
+    assert "half_kernels" not in machine_info(torch.float32) and "half_kernels" not in machine_info()
 
 
 def test_an_auto_rows_report_names_the_step_costs_it_chose_by():

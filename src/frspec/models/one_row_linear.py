@@ -28,7 +28,7 @@ import torch
 from torch.nn import functional as F
 
 from frspec.models.dtypes import HALF_DTYPES
-from frspec.models.kernel_timing import median_s
+from frspec.models.kernel_timing import alternated_medians
 
 ENV = "FRSPEC_ONE_ROW_NATIVE"
 
@@ -36,8 +36,8 @@ ENV = "FRSPEC_ONE_ROW_NATIVE"
 @functools.cache
 def native_is_faster(dtype: torch.dtype) -> bool:
     """Whether a one-row CPU linear in `dtype` runs faster with oneDNN off on this machine (one measurement per
-    process: an 8192x2048 weight, larger than the caches as a model's are; nine rounds, each a warm-up and a timed
-    call of the one kernel, then of the other; the medians compared; about 0.15 s)."""
+    process: an 8192x2048 weight, larger than the caches as a model's are; nine alternated rounds of the two kernels,
+    the medians compared: kernel_timing.alternated_medians; about 0.15 s)."""
     override = os.environ.get(ENV, "").strip()
     if override in ("0", "1"):
         return override == "1"
@@ -46,11 +46,8 @@ def native_is_faster(dtype: torch.dtype) -> bool:
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(8192, 2048, generator=gen).to(dtype)
     x = torch.randn(1, 2048, generator=gen).to(dtype)
-    default, native = [], []
-    for _ in range(9):  # alternated, so a drift of the machine's speed weighs on both alike
-        default.append(median_s(lambda: F.linear(x, weight), repeats=1))
-        native.append(median_s(lambda: linear(x, weight), repeats=1))
-    return sorted(native)[4] < 0.8 * sorted(default)[4]  # a clear gain only: near a tie the default kernel stays
+    default, native = alternated_medians(lambda: F.linear(x, weight), lambda: linear(x, weight))
+    return native < 0.8 * default  # a clear gain only: near a tie the default kernel stays
 
 
 def on_this_machine(dtype: torch.dtype, device: torch.device) -> bool:

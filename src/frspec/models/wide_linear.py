@@ -25,7 +25,7 @@ from torch.nn import functional as F
 
 from frspec.models import one_row_linear
 from frspec.models.dtypes import HALF_DTYPES
-from frspec.models.kernel_timing import median_s
+from frspec.models.kernel_timing import alternated_medians
 
 # Rows from which a call goes through fp32 where that is faster (`fp32_is_faster`): where the two cost lines cross
 # on the AVX2 EPYC (scripts/wide_linear_rows.py, docs/quantization.md). An 8960x1536 bf16 weight costs 20.8 / 41.2
@@ -37,15 +37,16 @@ ENV = "FRSPEC_WIDE_FP32"
 @functools.cache
 def fp32_is_faster(dtype: torch.dtype) -> bool:
     """Whether a wide CPU linear in `dtype` runs faster widened to fp32 on this machine (one measurement per
-    process: a 2048x2048 weight over 2 * WIDE_ROWS rows, median of 3 after a warm-up; about 0.1 s)."""
+    process: a 2048x2048 weight over 2 * WIDE_ROWS rows, nine alternated rounds of the two kernels, the medians
+    compared: kernel_timing.alternated_medians; about 0.1 s)."""
     override = os.environ.get(ENV, "").strip()
     if override in ("0", "1"):
         return override == "1"
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(2048, 2048, generator=gen).to(dtype)
     x = torch.randn(2 * WIDE_ROWS, 2048, generator=gen).to(dtype)
-    half = median_s(lambda: F.linear(x, weight))
-    wide = median_s(lambda: F.linear(x.float(), weight.float()).to(dtype))
+    half, wide = alternated_medians(lambda: F.linear(x, weight),
+                                    lambda: F.linear(x.float(), weight.float()).to(dtype))
     return wide < 0.8 * half  # a clear gain only: near a tie the half kernel stays
 
 
