@@ -510,6 +510,40 @@ def test_a_kind_carries_how_its_drafts_were_accepted_and_its_first_request_finds
     assert own.prior_acceptance == pytest.approx(well.acceptance(badly.acceptance())[0])
 
 
+def test_a_later_request_finds_out_its_own_acceptance_where_the_prefill_fits_its_exploration_budget(monkeypatch):
+    """A kind's requests differ (MT-Bench's questions ran 0.83-1.43x vanilla one by one at static chains of 3): one
+    whose kind carried enough drafts to say none pays still prefills its drafter to find out its own acceptance,
+    where that wins back at acceptance's upper bound and the prefill costs at most EXPLORE_PREFILL_OF_BUDGET of its
+    exploration budget, which the prefill then spends. It waits for a late prefill by the saving it was taken for."""
+    from frspec.decode.controller import (EXPLORE_PREFILL_OF_BUDGET, LATE_PREFILL_SHARE, CarriedWorth,
+                                          plain_tokens_first)
+
+    settings = ControllerSettings(sizes=SIZES)
+    tight = costs(lambda n: 0.3 + 0.2 * (n - 1))  # as above: at the prior every draft loses
+    # 50 drafts carried, 0.42 accepted (with the prior's), drafting saved 0.65 of what was expected.
+    badly = CarriedWorth(ratios=0.3, weight=1.0, agreed=20.0, tried=50.0, squared=20.0)
+    prefill = tight.drafter_prefill_s(36)
+
+    def later(max_new_tokens):
+        state = new_request(settings, worth=badly)
+        assert not state.explore_prefill  # not the kind's first requests: those find out for the kind
+        return state, drafter_prefill_tokens(state, tight, 36, max_new_tokens)
+
+    state, tokens = later(64)  # 64 plain steps: 19.2 s, whose budget's share is 0.29 s, under the prefill's 0.49
+    assert prefill > EXPLORE_PREFILL_OF_BUDGET * EXPLORE_BUDGET * 64 * 0.3 and tokens == 0
+    assert state.explore_prefill_s == 0 and state.prefill_saving == 0
+    state, tokens = later(256)
+    assert tokens == 36 and state.expected_saving * state.worth * 256 < prefill  # not by the estimate
+    assert state.explore_prefill_s == pytest.approx(prefill) and state.may_explore
+    state.explored_s = state.explore_budget_s - prefill  # the steps that find out get what the prefill left
+    assert not state.may_explore
+    # The wait before a late prefill forgoes LATE_PREFILL_SHARE of it at the bound's saving: a few tokens, where at
+    # the estimate's (almost nothing) it waited past the answer's end.
+    assert 0 < plain_tokens_first(state, tight, 36) < LATE_PREFILL_SHARE * 256
+    monkeypatch.setattr(controller, "EXPLORE_PREFILL_OF_BUDGET", 0.0)
+    assert later(256)[1] == 0
+
+
 def test_a_late_drafter_prefill_waits_until_the_plain_tokens_forgo_a_share_of_it():
     from frspec.decode.controller import LATE_PREFILL_SHARE, CarriedWorth, drafter_prefill_tokens, plain_tokens_first
 

@@ -221,6 +221,13 @@ EXPLORE_PREFILL_SHARE = 0.10
 # prefilled its drafter to find out and then drafted 15 of its 115 steps (1.66 s of drafting, 0.91x vanilla, `5648e52`);
 # in another run 5 probes and their catch-ups took 0.57 s of drafting. 3% of a 128-token answer's 17 s is 0.5 s.
 EXPLORE_BUDGET = 0.03
+# A later request of a kind, whose carried drafts are enough to go by, differs from them all the same: MT-Bench's
+# questions (bf16 pair, AVX512 EPYC, 128 greedy tokens, static chains of 3 at 32k) ran 0.83-1.43x vanilla one by one,
+# and after the first two lost, `auto` decoded the three that gained 1.22-1.43x plainly. Such a request still
+# prefills to find out its own acceptance where that wins the prefill back at acceptance's upper bound and the prefill
+# costs at most this share of its EXPLORE_BUDGET, which the prefill then spends (the steps that find out get the
+# rest): a short prompt's prefill is cheap next to its answer (a 60-token question's 0.2 s of a 13 s answer).
+EXPLORE_PREFILL_OF_BUDGET = 0.5
 # The plain tokens a request decodes before a late drafter prefill (`plain_tokens_first`) forgo, at the saving a token
 # is expected to make, at most this share of that prefill's time: deferring pays where more than this share of
 # requests end within those tokens (a fixed cost against a per-token one, for a length not known in advance). At 5%,
@@ -366,6 +373,7 @@ class ControllerState:
     # at the costs against plain steps, over how many tokens (`count_saving`).
     worth: float = 1.0
     expected_saving: float | None = None
+    prefill_saving: float = 0.0  # the saving a token the drafter's prefill was taken for (`plain_tokens_first`)
     # The pooled agreement (and its second moment) before this request's own drafts: PRIOR_ACCEPTANCE, or what its
     # kind's earlier requests carried (CarriedWorth.acceptance); and whether too few were carried to go by, so the
     # drafter's prefill may be weighed at acceptance's upper bound (EXPLORE_PREFILL_SHARE).
@@ -379,11 +387,14 @@ class ControllerState:
     # saved (`count_saving`).
     explore_budget_s: float = math.inf
     explored_s: float = 0.0
+    # The drafter's prefill, where a later request of its kind took it only to find out (EXPLORE_PREFILL_OF_BUDGET):
+    # spent from the same budget.
+    explore_prefill_s: float = 0.0
 
     @property
     def may_explore(self) -> bool:
         """Whether the steps taken to find out have budget left (EXPLORE_BUDGET)."""
-        return self.explored_s < self.explore_budget_s
+        return self.explored_s + self.explore_prefill_s < self.explore_budget_s
 
     def confident_acceptance(self, probability: float) -> float:
         """How often a draft drawn at this draft probability is accepted: its bin's rate, shrunk towards the
@@ -591,24 +602,34 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
     state.expected_saving = saved
     emitted = max_new_tokens if expected_tokens is None else expected_tokens
     state.explore_budget_s = EXPLORE_BUDGET * emitted * plain_s
-    if saved * state.worth * emitted > costs.drafter_prefill_s(prompt_tokens):
+    # Decided again where the prefill is late, before any draft: only the last decision's prefill is spent.
+    state.explore_prefill_s = 0.0
+    state.prefill_saving = saved * state.worth
+    prefill = costs.drafter_prefill_s(prompt_tokens)
+    if state.prefill_saving * emitted > prefill:
         return prompt_tokens
-    if state.explore_prefill and _worth_exploring(state, costs, prompt_tokens, max_new_tokens, emitted, contexts,
-                                                  plain_s):
+    exploring = _exploring_saving(state, costs, prompt_tokens, max_new_tokens, emitted, contexts, plain_s)
+    if exploring:
+        state.prefill_saving = exploring
+        if not state.explore_prefill:  # a later request finds out for itself, within its budget
+            state.explore_prefill_s = prefill
         return prompt_tokens
     for tokens in sorted((w for w in windows if w < prompt_tokens), reverse=True):
-        if saved * state.worth * emitted > costs.drafter_prefill_s(tokens):
+        if state.prefill_saving * emitted > costs.drafter_prefill_s(tokens):
             return tokens
+    state.prefill_saving = 0.0
     return 0
 
 
-def _worth_exploring(state: ControllerState, costs: StepCosts, prompt_tokens: int, max_new_tokens: int,
-                     emitted: float, contexts: Sequence[int], plain_s: float) -> bool:
-    """Whether a request whose kind carried too few drafts to go by prefills its drafter over the whole prompt to
-    find out how the kind's drafts are accepted (EXPLORE_PREFILL_SHARE): the prefill costs at most that share of
-    the request's expected plain decoding time (`plain_s` a token, averaged over `contexts`), and the best draft
-    wins it back at acceptance's upper bound. The whole prompt only: a window's drafts are accepted differently, so
-    what they show is not carried."""
+def _exploring_saving(state: ControllerState, costs: StepCosts, prompt_tokens: int, max_new_tokens: int,
+                      emitted: float, contexts: Sequence[int], plain_s: float) -> float:
+    """The best draft's saving a token at acceptance's upper bound where a request prefills its drafter over the
+    whole prompt to find out how its drafts are accepted, else 0: where that saving wins the prefill back and the
+    prefill costs at most
+    EXPLORE_PREFILL_SHARE of the request's expected plain decoding time (`plain_s` a token, averaged over
+    `contexts`) where its kind carried too few drafts to go by (what it finds out is the kind's), else at most
+    EXPLORE_PREFILL_OF_BUDGET of its exploration budget (what it finds out is its own). The whole prompt only: a
+    window's drafts are accepted differently, so what they show is not carried."""
     saved = 0.0  # the best draft's saving a token at the upper bound, averaged over contexts
     for context in contexts:
         options = rates(state, costs, max_new_tokens, acceptance="upper", context=context)
@@ -616,16 +637,19 @@ def _worth_exploring(state: ControllerState, costs: StepCosts, prompt_tokens: in
         best = max(rate for (depth, _), rate in options.items() if depth)
         saved += max(plain - 1.0 / best, 0.0) / len(contexts)
     prefill = costs.drafter_prefill_s(prompt_tokens)
-    return prefill <= EXPLORE_PREFILL_SHARE * emitted * plain_s and saved * emitted > prefill
+    share = EXPLORE_PREFILL_SHARE if state.explore_prefill else EXPLORE_PREFILL_OF_BUDGET * EXPLORE_BUDGET
+    return saved if prefill <= share * emitted * plain_s and saved * emitted > prefill else 0.0
 
 
 def plain_tokens_first(state: ControllerState, costs: StepCosts, prefill_tokens: int) -> int:
     """How many tokens (the target prefill's first one included) a request whose drafter can prefill late emits
     before the drafter's prefill over `prefill_tokens` of its prompt (module docstring): as many as forgo, at the
-    saving per token `drafter_prefill_tokens` expected (scaled by the carried worth), LATE_PREFILL_SHARE of that
-    prefill's time. Since a request prefills only where its expected saving over all its tokens wins the prefill
-    back, that is under LATE_PREFILL_SHARE of its tokens."""
-    per_token = (state.expected_saving or 0.0) * state.worth
+    saving per token the prefill was taken for (`drafter_prefill_tokens`: the estimate scaled by the carried worth,
+    or acceptance's upper bound where it is taken to find out), LATE_PREFILL_SHARE of that prefill's time. Since a
+    request prefills only where that saving over all its tokens wins the prefill back, that is under
+    LATE_PREFILL_SHARE of its tokens. (At the estimate alone, a prefill taken to find out, expected to save almost
+    nothing, waited past the end of the answer.)"""
+    per_token = state.prefill_saving
     if not prefill_tokens or per_token <= 0.0:
         return 0
     return int(LATE_PREFILL_SHARE * costs.drafter_prefill_s(prefill_tokens) / per_token)
