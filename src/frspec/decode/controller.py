@@ -63,7 +63,9 @@ ranking: translations and code files of one length are drafted differently) and 
 its drafts were accepted becomes their prior acceptance (`carry_worth`; a kind with few drafts of its own leans on
 those of every kind at its sampling setting). Where no draft pays at the prior, only a
 request that drafts can show that its kind's drafts pay, so a kind's first request prefills its drafter where that
-wins back at acceptance's upper bound and costs little next to the request (`EXPLORE_PREFILL_SHARE`).
+wins back at acceptance's upper bound and costs little next to the request (`EXPLORE_PREFILL_SHARE`). A kind's
+requests differ all the same, so a later one still finds out its own where its prefill costs under half its
+exploration budget (below), which the prefill then spends (`EXPLORE_PREFILL_OF_BUDGET`).
 A drafter that can prefill late (a draft model reads tokens only: `Drafter.late_prefill`) first decodes a few tokens
 plainly (`plain_tokens_first`), and its prefill then reads the prompt and those tokens, decided again over the tokens
 left: a request whose answer ends within them never pays that prefill, and one that goes on forgoes what drafting
@@ -625,11 +627,10 @@ def _exploring_saving(state: ControllerState, costs: StepCosts, prompt_tokens: i
                       emitted: float, contexts: Sequence[int], plain_s: float) -> float:
     """The best draft's saving a token at acceptance's upper bound where a request prefills its drafter over the
     whole prompt to find out how its drafts are accepted, else 0: where that saving wins the prefill back and the
-    prefill costs at most
-    EXPLORE_PREFILL_SHARE of the request's expected plain decoding time (`plain_s` a token, averaged over
-    `contexts`) where its kind carried too few drafts to go by (what it finds out is the kind's), else at most
-    EXPLORE_PREFILL_OF_BUDGET of its exploration budget (what it finds out is its own). The whole prompt only: a
-    window's drafts are accepted differently, so what they show is not carried."""
+    prefill costs at most EXPLORE_PREFILL_SHARE of the request's expected plain decoding time (`plain_s` a token,
+    averaged over `contexts`) where its kind carried too few drafts to go by (what it finds out is the kind's), else
+    at most EXPLORE_PREFILL_OF_BUDGET of its exploration budget (what it finds out is its own). The whole prompt
+    only: a window's drafts are accepted differently, so what they show is not carried."""
     saved = 0.0  # the best draft's saving a token at the upper bound, averaged over contexts
     for context in contexts:
         options = rates(state, costs, max_new_tokens, acceptance="upper", context=context)
