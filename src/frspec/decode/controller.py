@@ -610,7 +610,7 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
     prefill = costs.drafter_prefill_s(prompt_tokens)
     if state.prefill_saving * emitted > prefill:
         return prompt_tokens
-    exploring = _exploring_saving(state, costs, prompt_tokens, max_new_tokens, emitted, contexts, plain_s)
+    exploring = _exploring_saving(state, costs, prefill, max_new_tokens, emitted, contexts, plain_s)
     if exploring:
         state.prefill_saving = exploring
         if not state.explore_prefill:  # a later request finds out for itself, within its budget
@@ -623,21 +623,20 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
     return 0
 
 
-def _exploring_saving(state: ControllerState, costs: StepCosts, prompt_tokens: int, max_new_tokens: int,
+def _exploring_saving(state: ControllerState, costs: StepCosts, prefill: float, max_new_tokens: int,
                       emitted: float, contexts: Sequence[int], plain_s: float) -> float:
     """The best draft's saving a token at acceptance's upper bound where a request prefills its drafter over the
-    whole prompt to find out how its drafts are accepted, else 0: where that saving wins the prefill back and the
-    prefill costs at most EXPLORE_PREFILL_SHARE of the request's expected plain decoding time (`plain_s` a token,
-    averaged over `contexts`) where its kind carried too few drafts to go by (what it finds out is the kind's), else
-    at most EXPLORE_PREFILL_OF_BUDGET of its exploration budget (what it finds out is its own). The whole prompt
-    only: a window's drafts are accepted differently, so what they show is not carried."""
+    whole prompt (`prefill` seconds) to find out how its drafts are accepted, else 0: where that saving wins the
+    prefill back and the prefill costs at most EXPLORE_PREFILL_SHARE of the request's expected plain decoding time
+    (`plain_s` a token, averaged over `contexts`) where its kind carried too few drafts to go by (what it finds out
+    is the kind's), else at most EXPLORE_PREFILL_OF_BUDGET of its exploration budget (what it finds out is its own).
+    The whole prompt only: a window's drafts are accepted differently, so what they show is not carried."""
     saved = 0.0  # the best draft's saving a token at the upper bound, averaged over contexts
     for context in contexts:
         options = rates(state, costs, max_new_tokens, acceptance="upper", context=context)
         plain = 1.0 / options[(0, state.settings.sizes[-1])]  # a plain step's rate does not depend on acceptance
         best = max(rate for (depth, _), rate in options.items() if depth)
         saved += max(plain - 1.0 / best, 0.0) / len(contexts)
-    prefill = costs.drafter_prefill_s(prompt_tokens)
     share = EXPLORE_PREFILL_SHARE if state.explore_prefill else EXPLORE_PREFILL_OF_BUDGET * EXPLORE_BUDGET
     return saved if prefill <= share * emitted * plain_s and saved * emitted > prefill else 0.0
 
