@@ -129,7 +129,8 @@ class Replay:
         answer, prompt = record["answer"][:new], record["prompt_tokens"]
         kind = controller.request_kind(prompt, record["prompt_ranks"])
         state = controller.new_request(self.settings, self.coverage, 0, None, self.confidence,
-                                       worth=self.worth.get(kind), setting_worth=self.worth.get("setting"))
+                                       worth=self.worth.get(kind), setting_worth=self.worth.get("setting"),
+                                       window_worth=self.worth.get((kind, "window")))
         controller.observe_prompt(state, record["prompt_ranks"])
         # Weighed, as the engine does, over the answer length its kind's earlier answers give (not this answer's).
         lengths = self.lengths.get(kind)
@@ -174,6 +175,8 @@ class Replay:
         self.confidence = controller.carried_confidence(state)
         self.worth[kind] = controller.carry_worth(self.worth.get(kind), state, drafter_prompt == prompt)
         self.worth["setting"] = controller.carry_worth(self.worth.get("setting"), state, drafter_prompt == prompt)
+        self.worth[(kind, "window")] = controller.carry_worth(self.worth.get((kind, "window")), state,
+                                                              0 < drafter_prompt < prompt)
         self.lengths[kind] = add_answer(lengths, len(answer), len(answer) >= new)
         return seconds, drafter_prompt, depths
 

@@ -430,7 +430,7 @@ def test_what_drafting_saved_on_earlier_requests_of_a_kind_scales_the_saving_a_p
     # (scale 1 / (1 + 0.7^n) after n of them), so one of them drafts again: the fifth, once 0.7^n <= 0.30.
     worth, waited = drafted_badly, 0
     while prefill_tokens(worth, 100, 24) == 0:
-        worth, waited = carry_worth(worth, new_request(settings), whole_prompt=False), waited + 1
+        worth, waited = carry_worth(worth, new_request(settings), counts=False), waited + 1
     assert waited == 4 and worth.weight == pytest.approx(WORTH_DECAY ** 4)
     # A windowed request's drafts say little of a whole prompt's: it only ages the worth. A short request weighs its
     # share of WORTH_TOKENS; one ratio counts up to WORTH_MAX.
@@ -481,7 +481,7 @@ def test_a_kind_carries_how_its_drafts_were_accepted_and_its_first_request_finds
             while accepted < 3 and world.random() < acceptance:
                 accepted += 1
             observe(state, Plan(3, SIZES[-1]), accepted, [1] * (accepted + 1))
-        return carry_worth(carried, state, whole_prompt=True)
+        return carry_worth(carried, state, counts=True)
 
     def prefill(carried, prompt_tokens=36):
         return drafter_prefill_tokens(new_request(settings, worth=carried), tight, prompt_tokens, 64)
@@ -492,12 +492,12 @@ def test_a_kind_carries_how_its_drafts_were_accepted_and_its_first_request_finds
     assert new_request(settings, worth=badly).prior_acceptance < 0.45
     assert prefill(well) == 36 and prefill(badly) == 0  # now by the kind's estimate, no longer exploring
     assert not new_request(settings, worth=badly).explore_prefill
-    # A request that drafts from a window carries nothing; requests that do not draft age what was carried, until
-    # too few drafts are left to go by and a request of the kind finds out again.
-    assert carry_worth(badly, new_request(settings), whole_prompt=False).tried == pytest.approx(badly.tried * 0.7)
+    # A request whose drafts do not count (read through a window: carried apart) carries nothing; requests that do
+    # not draft age what was carried, until too few drafts are left to go by and a request of the kind finds out.
+    assert carry_worth(badly, new_request(settings), counts=False).tried == pytest.approx(badly.tried * 0.7)
     aged, plain = badly, 0
     while prefill(aged) == 0:
-        aged, plain = carry_worth(aged, new_request(settings), whole_prompt=False), plain + 1
+        aged, plain = carry_worth(aged, new_request(settings), counts=False), plain + 1
     assert aged.tried < PRIOR_DRAFTS <= aged.tried / 0.7 and plain == 7
     # Within a request the carried acceptance is the pooled prior: drafts seen accepted well start chains long.
     assert new_request(settings, worth=well).agreement(2) > 0.9 > PRIOR_ACCEPTANCE
@@ -508,6 +508,39 @@ def test_a_kind_carries_how_its_drafts_were_accepted_and_its_first_request_finds
     own = new_request(settings, worth=well, setting_worth=badly)  # its own drafts weigh, the setting's as a prior
     assert badly.acceptance()[0] < own.prior_acceptance < well.acceptance()[0]
     assert own.prior_acceptance == pytest.approx(well.acceptance(badly.acceptance())[0])
+
+
+def test_a_kinds_first_request_whose_whole_prompt_is_too_dear_finds_out_through_a_window():
+    """A kind's first request whose whole prompt's prefill costs more than EXPLORE_PREFILL_SHARE of its plain time
+    reads the longest window whose prefill fits that share, where acceptance's upper bound wins it back, and drafts
+    at once (a prefill taken to find out that decodes plainly finds nothing out). What the windows' drafts show is
+    carried apart from the kind's whole prompts' and weighs its later windows: drafted well, a later request reads a
+    window its kind's prior alone would not have; drafted badly, it no longer finds out."""
+    from frspec.decode.controller import EXPLORE_PREFILL_SHARE, PRIOR_ACCEPTANCE, CarriedWorth
+
+    settings = ControllerSettings(sizes=SIZES)
+    tight = costs(lambda n: 0.3 + 0.2 * (n - 1))  # at the prior every draft loses (as above)
+    plain_s = 128 * tight.step_time_s(None)  # 38.4 s; the share's 3.84 s
+    windows = (256, 128, 64)
+    assert tight.drafter_prefill_s(300) > EXPLORE_PREFILL_SHARE * plain_s >= tight.drafter_prefill_s(256)
+    well = CarriedWorth(ratios=1.0, weight=1.0, agreed=47.5, tried=50.0, squared=47.5)  # 0.95
+    badly = CarriedWorth(ratios=0.3, weight=1.0, agreed=20.0, tried=50.0, squared=20.0)  # 0.4
+
+    def prefill(**carried):
+        state = new_request(settings, **carried)
+        return state, drafter_prefill_tokens(state, tight, 300, 128, windows)
+
+    state, tokens = prefill()
+    assert tokens == 256 and state.prefill_saving > 0  # the longest window that fits, taken at the bound ...
+    assert state.expected_saving * 128 < tight.drafter_prefill_s(64)  # ... not by the estimate: no window pays there
+    assert state.next_probe == 1  # and its first plain-looking step probes
+    assert prefill(window_worth=badly)[1] == 0  # the kind's windows showed enough: no longer finding out
+    assert prefill(worth=badly)[1] == 0  # nor once its whole prompts have
+    # Windows drafted well: the next request reads one at what they showed (its kind's prior is unchanged).
+    state, tokens = prefill(window_worth=well)
+    assert state.prior_acceptance == pytest.approx(PRIOR_ACCEPTANCE)
+    assert state.window_acceptance[0] == pytest.approx(well.acceptance()[0]) and tokens == 256
+    assert state.expected_saving * state.window_scale * 128 > tight.drafter_prefill_s(256) and state.next_probe > 1
 
 
 def test_a_later_request_finds_out_its_own_acceptance_where_the_prefill_fits_its_exploration_budget(monkeypatch):

@@ -349,4 +349,4 @@ def test_a_request_starts_from_what_drafting_saved_on_its_generators_earlier_req
     assert second.ratios / second.weight == pytest.approx(s0.saved_s / s0.counted_tokens / s0.expected_saving)
     assert s1.worth == pytest.approx(second.scale)
     # The sampled request and the long prompt's (another kind each) left the short greedy prompts' worth alone.
-    assert fifth == controller.carry_worth(second, s1, whole_prompt=True)
+    assert fifth == controller.carry_worth(second, s1, counts=True)

@@ -135,6 +135,33 @@ def test_a_request_reads_a_window_where_only_that_prefill_is_won_back(target, pr
             assert (sum(out.stats.chosen_depth_histogram[1:]) > 0) == bool(read)  # drafted only after a prefill
 
 
+def test_a_kinds_first_request_finds_out_through_a_window_and_its_drafts_are_carried_apart(target, prompts_and_refs):
+    """Under costs where no draft pays at the prior acceptance and the whole prompt's prefill costs more than
+    EXPLORE_PREFILL_SHARE of the request (decode/controller.py), a kind's first long request finds out through a
+    window; its drafts are carried under the kind's windows, not its whole prompts; greedy output stays the
+    target's."""
+    from frspec.decode.controller import EXPLORE_PREFILL_SHARE
+
+    prompts, refs = prompts_and_refs
+    # One target row 0.3 s, two 0.5 s: a draft loses at the prior; the drafter's prefill 0.012 s a prompt token.
+    costs = StepCosts({n: 0.3 + 0.2 * (n - 1) for n in range(1, 10)}, {1: 0.02, 64: 0.02 + 0.012 * 63},
+                      {VOCAB: {1: 0.004}}, full_size=VOCAB)
+    long = [(p, r) for p, r in zip(prompts, refs) if len(p) >= 2 * WINDOW]
+    assert len(long) >= 2
+    allowed = EXPLORE_PREFILL_SHARE * NEW * costs.step_time_s(None)
+    assert costs.drafter_prefill_s(WINDOW) <= allowed < costs.drafter_prefill_s(2 * WINDOW)
+    generator = build_generator(target, draft=noisy_copy(target, 0.05, seed=1), costs=costs,
+                                recalibrate_costs=False)
+    generator.drafter.prompt_windows = (WINDOW,)
+    outs = [generator.generate(input_ids=prompt, max_new_tokens=NEW, eos_token_ids=[]) for prompt, _ in long[:2]]
+    assert [out.token_ids for out in outs] == [ref for _, ref in long[:2]]
+    assert outs[0].stats.draft_prompt_tokens == WINDOW and sum(outs[0].stats.chosen_depth_histogram[1:]) > 0
+    windowed = {key: worth for key, worth in generator.worth.items() if key[-1] == "window"}
+    assert len(windowed) == 1 and next(iter(windowed.values())).tried > 0
+    kind = next(iter(windowed))[:-1]
+    assert generator.worth[kind].tried == 0  # the kind's whole-prompt drafts: none
+
+
 def test_a_windowed_drafters_steps_are_timed_at_its_own_context(target, prompts_and_refs, windowed, monkeypatch):
     """The engine rescales its costs from timed drafting (decode/cost_calibration.py); a windowed drafter's forwards
     run over its own cache, `skipped` tokens shorter than the target's context, and are timed against the table

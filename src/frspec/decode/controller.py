@@ -63,9 +63,16 @@ ranking: translations and code files of one length are drafted differently) and 
 its drafts were accepted becomes their prior acceptance (`carry_worth`; a kind with few drafts of its own leans on
 those of every kind at its sampling setting). Where no draft pays at the prior, only a
 request that drafts can show that its kind's drafts pay, so a kind's first request prefills its drafter where that
-wins back at acceptance's upper bound and costs little next to the request (`EXPLORE_PREFILL_SHARE`). A kind's
-requests differ all the same, so a later one still finds out its own where its prefill costs under half its
-exploration budget (below), which the prefill then spends (`EXPLORE_PREFILL_OF_BUDGET`).
+wins back at acceptance's upper bound and costs little next to the request (`EXPLORE_PREFILL_SHARE`). Where its
+whole prompt's prefill costs more than that, it finds out through the longest prompt window whose prefill does
+(translations of 612-748 tokens on the bf16 pair: 10-12% of a plain 128-token answer, where a 512-token window's is
+7-8%). A drafter that read a window drafts differently (measured, the 0.5B drafter's agreement: translations 0.96
+against 0.98 from the whole prompt, code 0.88-0.90 against 0.87, long-input QA 0.44-0.50 against 0.86-0.92), so
+what windows' drafts show is carried apart and weighs only windows: a later request of the kind reads one where
+they say it pays and its kind's prior alone does not. A request that prefilled to find out drafts at once (a probe
+at its first plain step), and after a probe whose drafts were all accepted probes again at the next plain step. A
+kind's requests differ all the same, so a later one still finds out its own where its
+prefill costs under half its exploration budget (below), which the prefill then spends (`EXPLORE_PREFILL_OF_BUDGET`).
 A drafter that can prefill late (a draft model reads tokens only: `Drafter.late_prefill`) first decodes a few tokens
 plainly (`plain_tokens_first`), and its prefill then reads the prompt and those tokens, decided again over the tokens
 left: a request whose answer ends within them never pays that prefill, and one that goes on forgoes what drafting
@@ -115,7 +122,7 @@ from __future__ import annotations
 import bisect
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from frspec.decode.cost_calibration import CALIBRATION_SAMPLES
@@ -382,6 +389,14 @@ class ControllerState:
     prior_acceptance: float = PRIOR_ACCEPTANCE
     prior_second: float = PRIOR_ACCEPTANCE
     explore_prefill: bool = True
+    # And whether too few drafts from prompt windows were carried (`window_worth`), so that, where the whole prompt's
+    # prefill is too dear to find out with, a window's may be weighed at the upper bound instead.
+    explore_window: bool = True
+    # What those windows' drafts showed: the pooled agreement (and second moment) a window's drafts are weighed at,
+    # shrunk towards this request's prior, and what drafting saved on them against that expectation (None, and the
+    # kind's own worth: nothing carried from windows).
+    window_acceptance: tuple[float, float] | None = None
+    window_scale: float = 1.0
     saved_s: float = 0.0
     counted_tokens: int = 0
     # What the request's steps taken to find out may lose in all (EXPLORE_BUDGET of its expected plain time, set
@@ -452,7 +467,8 @@ class ControllerState:
 def new_request(settings: ControllerSettings, coverage_prior: dict[int, float] | None = None,
                 seed: int | None = None, timed_rows: dict[int, int] | None = None,
                 confidence: ConfidenceBins | None = None, worth: CarriedWorth | None = None,
-                setting_worth: CarriedWorth | None = None) -> ControllerState:
+                setting_worth: CarriedWorth | None = None, window_worth: CarriedWorth | None = None
+                ) -> ControllerState:
     """A fresh state for one request; `coverage_prior[k]` is the ranking corpus's coverage at k (default 1);
     `timed_rows`: the timed target forwards per row count the costs rest on (cost_calibration.StepTimings), with
     recalibration on; `confidence`: the confidence bins earlier requests left (`carried_confidence`), as decayed
@@ -461,13 +477,21 @@ def new_request(settings: ControllerSettings, coverage_prior: dict[int, float] |
     and PRIOR_ACCEPTANCE stand); `setting_worth`: the same carried over every kind of this sampling setting, whose
     acceptance the kind's own leans on (a kind with no drafts of its own starts from its setting's: at temperature
     1.0 a code file's first request starts from what MT-Bench's drafts showed at that temperature, not from a
-    prior measured greedy)."""
+    prior measured greedy); `window_worth`: the same carried from this kind's requests that drafted from a prompt
+    window (`carry_worth`), apart from its whole prompts' (a window's drafts are accepted differently): its drafts,
+    shrunk towards the request's prior, are what a window is weighed at where the kind's prior alone reads none
+    (`drafter_prefill_tokens`), and its drafts' count whether a window is still read to find out."""
     rng = random.Random(0 if seed is None else seed)
-    worth = worth or CarriedWorth()
-    prior, second = worth.acceptance((setting_worth or CarriedWorth()).acceptance())
+    worth, window_worth = worth or CarriedWorth(), window_worth or CarriedWorth()
+    setting = (setting_worth or CarriedWorth()).acceptance()
+    prior, second = worth.acceptance(setting)
+    carried = window_worth.weight > 0 or window_worth.tried > 0
     state = ControllerState(settings, dict(coverage_prior or {}), rng=rng,
                             timed_rows=None if timed_rows is None else dict(timed_rows), worth=worth.scale,
-                            prior_acceptance=prior, prior_second=second, explore_prefill=worth.tried < PRIOR_DRAFTS)
+                            prior_acceptance=prior, prior_second=second, explore_prefill=worth.tried < PRIOR_DRAFTS,
+                            explore_window=window_worth.tried < PRIOR_DRAFTS,
+                            window_acceptance=window_worth.acceptance((prior, second)) if carried else None,
+                            window_scale=window_worth.scale if window_worth.weight > 0 else worth.scale)
     if confidence is not None:
         accepted, drafts = confidence
         if len(accepted) != len(state.confident_accepted) or len(drafts) != len(state.confident_drafts):
@@ -591,16 +615,10 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
     if 0 not in state.settings.depths:
         return prompt_tokens  # plain decoding is not an option here (an explicit length or tree): draft anyway
     contexts = request_contexts(costs, prompt_tokens, max_new_tokens)  # flat costs: every context reads the same
-    saved, plain_s = 0.0, 0.0
-    for context in contexts:
-        options = rates(state, costs, max_new_tokens, context=context)
-        plain = options[(0, state.settings.sizes[-1])]
-        drafting = [rate for (depth, _), rate in options.items() if depth]
-        if not drafting:  # no draft length allowed, or a budget of one token: nothing to draft for
-            return 0
-        best = max(drafting)
-        saved += max(1.0 / plain - 1.0 / best, 0.0) / len(contexts)
-        plain_s += 1.0 / plain / len(contexts)
+    estimate = _estimated_saving(state, costs, max_new_tokens, contexts)
+    if estimate is None:  # no draft length allowed, or a budget of one token: nothing to draft for
+        return 0
+    saved, plain_s = estimate
     state.expected_saving = saved
     emitted = max_new_tokens if expected_tokens is None else expected_tokens
     state.explore_budget_s = EXPLORE_BUDGET * emitted * plain_s
@@ -610,35 +628,72 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
     prefill = costs.drafter_prefill_s(prompt_tokens)
     if state.prefill_saving * emitted > prefill:
         return prompt_tokens
-    exploring = _exploring_saving(state, costs, prefill, max_new_tokens, emitted, contexts, plain_s)
-    if exploring:
-        state.prefill_saving = exploring
+    # Finding out: at acceptance's upper bound, where the prefill is cheap next to the request (`_finds_out`).
+    bound = _bound_saving(state, costs, max_new_tokens, contexts)
+    share = EXPLORE_PREFILL_SHARE if state.explore_prefill else EXPLORE_PREFILL_OF_BUDGET * EXPLORE_BUDGET
+    if _finds_out(prefill, bound, share * emitted * plain_s, emitted):
+        state.prefill_saving, state.next_probe = bound, 1
         if not state.explore_prefill:  # a later request finds out for itself, within its budget
             state.explore_prefill_s = prefill
         return prompt_tokens
-    for tokens in sorted((w for w in windows if w < prompt_tokens), reverse=True):
+    shorter = sorted((w for w in windows if w < prompt_tokens), reverse=True)
+    for tokens in shorter:
         if state.prefill_saving * emitted > costs.drafter_prefill_s(tokens):
             return tokens
+    if shorter and state.window_acceptance is not None:  # and at what the kind's windows' drafts showed
+        windowed = replace(state, prior_acceptance=state.window_acceptance[0],
+                                       prior_second=state.window_acceptance[1])
+        window_saved = _estimated_saving(windowed, costs, max_new_tokens, contexts)[0]
+        for tokens in shorter:
+            if window_saved * state.window_scale * emitted > costs.drafter_prefill_s(tokens):
+                state.expected_saving, state.prefill_saving = window_saved, window_saved * state.window_scale
+                return tokens
+    if state.explore_prefill and state.explore_window:  # the kind's first requests: through a window
+        for tokens in shorter:
+            if _finds_out(costs.drafter_prefill_s(tokens), bound, EXPLORE_PREFILL_SHARE * emitted * plain_s,
+                          emitted):
+                state.prefill_saving, state.next_probe = bound, 1
+                return tokens
     state.prefill_saving = 0.0
     return 0
 
 
-def _exploring_saving(state: ControllerState, costs: StepCosts, prefill: float, max_new_tokens: int,
-                      emitted: float, contexts: Sequence[int], plain_s: float) -> float:
-    """The best draft's saving a token at acceptance's upper bound where a request prefills its drafter over the
-    whole prompt (`prefill` seconds) to find out how its drafts are accepted, else 0: where that saving wins the
-    prefill back and the prefill costs at most EXPLORE_PREFILL_SHARE of the request's expected plain decoding time
-    (`plain_s` a token, averaged over `contexts`) where its kind carried too few drafts to go by (what it finds out
-    is the kind's), else at most EXPLORE_PREFILL_OF_BUDGET of its exploration budget (what it finds out is its own).
-    The whole prompt only: a window's drafts are accepted differently, so what they show is not carried."""
-    saved = 0.0  # the best draft's saving a token at the upper bound, averaged over contexts
+def _estimated_saving(state: ControllerState, costs: StepCosts, max_new_tokens: int, contexts: Sequence[int]
+                      ) -> tuple[float, float] | None:
+    """The best draft's saving a token at the state's estimates, and a plain step's time, averaged over `contexts`
+    (None: no draft to weigh)."""
+    saved, plain_s = 0.0, 0.0
+    for context in contexts:
+        options = rates(state, costs, max_new_tokens, context=context)
+        plain = options[(0, state.settings.sizes[-1])]
+        drafting = [rate for (depth, _), rate in options.items() if depth]
+        if not drafting:
+            return None
+        saved += max(1.0 / plain - 1.0 / max(drafting), 0.0) / len(contexts)
+        plain_s += 1.0 / plain / len(contexts)
+    return saved, plain_s
+
+
+def _bound_saving(state: ControllerState, costs: StepCosts, max_new_tokens: int, contexts: Sequence[int]) -> float:
+    """The best draft's saving a token at acceptance's upper bound, averaged over `contexts`."""
+    saved = 0.0
     for context in contexts:
         options = rates(state, costs, max_new_tokens, acceptance="upper", context=context)
         plain = 1.0 / options[(0, state.settings.sizes[-1])]  # a plain step's rate does not depend on acceptance
         best = max(rate for (depth, _), rate in options.items() if depth)
         saved += max(plain - 1.0 / best, 0.0) / len(contexts)
-    share = EXPLORE_PREFILL_SHARE if state.explore_prefill else EXPLORE_PREFILL_OF_BUDGET * EXPLORE_BUDGET
-    return saved if prefill <= share * emitted * plain_s and saved * emitted > prefill else 0.0
+    return saved
+
+
+def _finds_out(prefill: float, bound: float, allowed: float, emitted: float) -> bool:
+    """Whether a request prefills its drafter (`prefill` seconds) to find out how its drafts are accepted: where
+    the saving a token at acceptance's upper bound (`bound`) over its `emitted` tokens wins the prefill back and the
+    prefill costs at most `allowed` seconds: EXPLORE_PREFILL_SHARE of the request's expected plain decoding time
+    where its kind carried too few drafts to go by (what it finds out is the kind's), else EXPLORE_PREFILL_OF_BUDGET
+    of its exploration budget (what it finds out is its own). A kind's first requests whose whole prompt is too
+    dear for that read a window of it instead, where one's prefill fits EXPLORE_PREFILL_SHARE: what its drafts show
+    is carried apart (`new_request`'s `window_worth`)."""
+    return prefill <= allowed and bound * emitted > prefill
 
 
 def plain_tokens_first(state: ControllerState, costs: StepCosts, prefill_tokens: int) -> int:
@@ -672,24 +727,25 @@ def count_saving(state: ControllerState, costs: StepCosts, drafted: int, size: i
     state.counted_tokens += emitted
 
 
-def carry_worth(previous: CarriedWorth | None, state: ControllerState, whole_prompt: bool) -> CarriedWorth:
-    """The worth the next request of this one's kind starts from: `previous` aged by a request, plus this one's
-    ratio of the saving per token its steps made (`count_saving`) to the one expected before its first step, where
-    it drafted from its whole prompt (a window's drafts are accepted differently: measured 0.44-0.50 against
-    0.86-0.92 on long-input QA), and its drafts' pooled agreement counts (`CarriedWorth.acceptance`), from the
-    whole prompt too. A request that did not draft only ages them, so after a stretch of plain requests the
-    expectation is back to the prior's and a later request tries drafting again: a worth that fell too low to
-    prefill any request could otherwise never be corrected (and with too few drafts carried, a kind's request
-    explores again: EXPLORE_PREFILL_SHARE)."""
+def carry_worth(previous: CarriedWorth | None, state: ControllerState, counts: bool) -> CarriedWorth:
+    """The worth the next request of this one's kind starts from: `previous` aged by a request, plus, where this
+    request's drafts `counts` (they were drafted from the prompt the worth is kept for: a kind's whole prompts, or
+    its windows, `new_request`'s `window_worth`), its ratio of the saving per token its steps made (`count_saving`)
+    to the one expected before its first step, and its drafts' pooled agreement counts (`CarriedWorth.acceptance`).
+    A window's drafts are accepted differently from the whole prompt's (measured 0.44-0.50 against 0.86-0.92 on
+    long-input QA), so the two are carried apart. A request whose drafts do not count only ages them, so after a
+    stretch of plain requests the expectation is back to the prior's and a later request tries drafting again: a
+    worth that fell too low to prefill any request could otherwise never be corrected (and with too few drafts
+    carried, a kind's request explores again: EXPLORE_PREFILL_SHARE)."""
     previous = previous or CarriedWorth()
     ratios, weight = previous.ratios * WORTH_DECAY, previous.weight * WORTH_DECAY
     agreed, tried, squared = (x * WORTH_DECAY for x in (previous.agreed, previous.tried, previous.squared))
     expected = state.expected_saving
-    if whole_prompt and expected is not None and expected > 0 and state.counted_tokens:
+    if counts and expected is not None and expected > 0 and state.counted_tokens:
         ratio = min(max(state.saved_s / state.counted_tokens / expected, 0.0), WORTH_MAX)
         share = min(state.counted_tokens / WORTH_TOKENS, 1.0)
         ratios, weight = ratios + share * ratio, weight + share
-    if whole_prompt:
+    if counts:
         agreed, tried, squared = agreed + sum(state.agreed), tried + sum(state.tried), squared + sum(state.squared)
     return CarriedWorth(ratios, weight, agreed, tried, squared)
 
@@ -854,6 +910,11 @@ def observe(state: ControllerState, plan: Plan, accepted: int, token_ranks: Sequ
         state.behind += 1  # the plain step's token: the drafter has not seen it
         return
     state.behind = 0
+    if plan.probe and accepted >= plan.depth:
+        # A probe accepted whole says acceptance may be above its estimate: probe again at the next plain step,
+        # so a request whose drafts turn out well starts drafting within a few steps, not PROBE_EVERY apart
+        # (measured in replays: a translation found out through a window then waited 21 plain steps per probe).
+        state.next_probe = 1
     if plan.depth > len(state.tried):
         grow = plan.depth - len(state.tried)
         state.tried.extend([0.0] * grow)

@@ -302,6 +302,8 @@ class SpeculativeGenerator:
             whole = drafter_prompt == len(request.prompt_ids)
             self.worth[kind] = carry_worth(self.worth.get(kind), control, whole)
             self.worth[setting] = carry_worth(self.worth.get(setting), control, whole)
+            window = _window_key(kind)  # aged by every request of the kind, counted from those read through one
+            self.worth[window] = carry_worth(self.worth.get(window), control, 0 < drafter_prompt and not whole)
             self.lengths[kind] = add_answer(self.lengths.get(kind), len(generated), finish == "length")
         stats.tokens = len(generated)
         stats.decode_tokens = max(len(generated) - 1, 0)
@@ -386,7 +388,8 @@ class SpeculativeGenerator:
         state = new_request(self.controller, prior, sampling.seed,
                             None if self.timings is None else self.timings.samples(),
                             self.confidence.get(_confidence_key(sampling)),
-                            worth=self.worth.get(kind), setting_worth=self.worth.get(_confidence_key(sampling)))
+                            worth=self.worth.get(kind), setting_worth=self.worth.get(_confidence_key(sampling)),
+                            window_worth=self.worth.get(_window_key(kind)))
         # Where the prompt's tokens lie in the ranking: the first evidence of coverage. Not with context rows: they
         # are the prompt's own tokens, so the prompt says nothing of what lies beyond them.
         if prompt_ranks is not None and not vocab.extra_rows:
@@ -477,6 +480,11 @@ def _worth_key(sampling: SamplingParams, prompt_tokens: int, prompt_ranks: list[
     """The requests that share a carried worth and acceptance: one sampling setting, one class of prompt length,
     prompts of common tokens or not (controller.request_kind)."""
     return (*_confidence_key(sampling), *request_kind(prompt_tokens, prompt_ranks))
+
+
+def _window_key(kind: tuple) -> tuple:
+    """The carried worth of a kind's requests whose drafter read a prompt window (controller.new_request)."""
+    return (*kind, "window")
 
 
 def _check_controller(settings: ControllerSettings, costs: StepCosts | None, drafter: Drafter) -> TreeShape:
