@@ -70,8 +70,7 @@ whole prompt's prefill costs more than that, it finds out through the longest pr
 against 0.98 from the whole prompt, code 0.88-0.90 against 0.87, long-input QA 0.44-0.50 against 0.86-0.92), so
 what windows' drafts show is carried apart and weighs only windows: a later request of the kind reads one where
 they say it pays and its kind's prior alone does not. A request that prefilled to find out drafts at once (a probe
-at its first plain step), and after a probe whose drafts were all accepted probes again at the next plain step. A
-kind's requests differ all the same, so a later one still finds out its own where its
+at its first plain step). A kind's requests differ all the same, so a later one still finds out its own where its
 prefill costs under half its exploration budget (below), which the prefill then spends (`EXPLORE_PREFILL_OF_BUDGET`).
 A drafter that can prefill late (a draft model reads tokens only: `Drafter.late_prefill`) first decodes a few tokens
 plainly (`plain_tokens_first`), and its prefill then reads the prompt and those tokens, decided again over the tokens
@@ -910,11 +909,6 @@ def observe(state: ControllerState, plan: Plan, accepted: int, token_ranks: Sequ
         state.behind += 1  # the plain step's token: the drafter has not seen it
         return
     state.behind = 0
-    if plan.probe and accepted >= plan.depth:
-        # A probe accepted whole says acceptance may be above its estimate: probe again at the next plain step,
-        # so a request whose drafts turn out well starts drafting within a few steps, not PROBE_EVERY apart
-        # (measured in replays: a translation found out through a window then waited 21 plain steps per probe).
-        state.next_probe = 1
     if plan.depth > len(state.tried):
         grow = plan.depth - len(state.tried)
         state.tried.extend([0.0] * grow)
