@@ -610,7 +610,9 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
     request, which prefilled on the bound, ran 0.86x vanilla end to end; German and Spanish prompts of ~620 tokens,
     0.89-0.90x.) A window is weighed at the same saving, drafted at the target's context: a drafter that read less
     of the prompt may be accepted less often, which the request's own observations then tell the controller, and
-    its shorter cache makes its forwards a little cheaper than that."""
+    its shorter cache makes its forwards a little cheaper than that. Where that reads no window, one is still read
+    where what the kind's earlier windows' drafts showed (`new_request`'s `window_worth`) says it pays, and a kind's
+    first requests whose whole prompt is too dear to find out with find out through one (`_finds_out`)."""
     if 0 not in state.settings.depths:
         return prompt_tokens  # plain decoding is not an option here (an explicit length or tree): draft anyway
     contexts = request_contexts(costs, prompt_tokens, max_new_tokens)  # flat costs: every context reads the same
@@ -628,7 +630,7 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
     if state.prefill_saving * emitted > prefill:
         return prompt_tokens
     # Finding out: at acceptance's upper bound, where the prefill is cheap next to the request (`_finds_out`).
-    bound = _bound_saving(state, costs, max_new_tokens, contexts)
+    bound = _estimated_saving(state, costs, max_new_tokens, contexts, acceptance="upper")[0]
     share = EXPLORE_PREFILL_SHARE if state.explore_prefill else EXPLORE_PREFILL_OF_BUDGET * EXPLORE_BUDGET
     if _finds_out(prefill, bound, share * emitted * plain_s, emitted):
         state.prefill_saving, state.next_probe = bound, 1
@@ -641,7 +643,7 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
             return tokens
     if shorter and state.window_acceptance is not None:  # and at what the kind's windows' drafts showed
         windowed = replace(state, prior_acceptance=state.window_acceptance[0],
-                                       prior_second=state.window_acceptance[1])
+                           prior_second=state.window_acceptance[1])
         window_saved = _estimated_saving(windowed, costs, max_new_tokens, contexts)[0]
         for tokens in shorter:
             if window_saved * state.window_scale * emitted > costs.drafter_prefill_s(tokens):
@@ -657,31 +659,20 @@ def drafter_prefill_tokens(state: ControllerState, costs: StepCosts, prompt_toke
     return 0
 
 
-def _estimated_saving(state: ControllerState, costs: StepCosts, max_new_tokens: int, contexts: Sequence[int]
-                      ) -> tuple[float, float] | None:
-    """The best draft's saving a token at the state's estimates, and a plain step's time, averaged over `contexts`
-    (None: no draft to weigh)."""
+def _estimated_saving(state: ControllerState, costs: StepCosts, max_new_tokens: int, contexts: Sequence[int],
+                      acceptance: str = "estimate") -> tuple[float, float] | None:
+    """The best draft's saving a token at `acceptance` (`rates`: the state's estimates, or their upper bound), and a
+    plain step's time, averaged over `contexts` (None: no draft to weigh)."""
     saved, plain_s = 0.0, 0.0
     for context in contexts:
-        options = rates(state, costs, max_new_tokens, context=context)
-        plain = options[(0, state.settings.sizes[-1])]
+        options = rates(state, costs, max_new_tokens, acceptance=acceptance, context=context)
+        plain = options[(0, state.settings.sizes[-1])]  # a plain step's rate does not depend on acceptance
         drafting = [rate for (depth, _), rate in options.items() if depth]
         if not drafting:
             return None
         saved += max(1.0 / plain - 1.0 / max(drafting), 0.0) / len(contexts)
         plain_s += 1.0 / plain / len(contexts)
     return saved, plain_s
-
-
-def _bound_saving(state: ControllerState, costs: StepCosts, max_new_tokens: int, contexts: Sequence[int]) -> float:
-    """The best draft's saving a token at acceptance's upper bound, averaged over `contexts`."""
-    saved = 0.0
-    for context in contexts:
-        options = rates(state, costs, max_new_tokens, acceptance="upper", context=context)
-        plain = 1.0 / options[(0, state.settings.sizes[-1])]  # a plain step's rate does not depend on acceptance
-        best = max(rate for (depth, _), rate in options.items() if depth)
-        saved += max(plain - 1.0 / best, 0.0) / len(contexts)
-    return saved
 
 
 def _finds_out(prefill: float, bound: float, allowed: float, emitted: float) -> bool:
