@@ -120,6 +120,30 @@ def test_poor_acceptance_falls_back_to_plain_decoding_and_probes_deterministical
     assert [p.probe for p in other] != [p.probe for p in plans]  # the probe schedule is the seed's
 
 
+# A forward over 2-7 rows costs about what one over 2 does, well above one row (bf16 on the AVX-512 EPYC: 1.4-1.7x).
+SHELF = costs(lambda n: 0.16 if n == 1 else 0.26, base=0.05)
+
+
+def test_a_probe_drafts_the_length_that_loses_least_at_the_estimate():
+    # Where rows cost alike past the second, a probe of one draft pays the dear second row for the fewest tokens
+    # and the least evidence: it drafts the length the estimate says loses least (where rows cost in proportion,
+    # that is one draft: the test above).
+    settings = ControllerSettings(sizes=SIZES, probe_every=10)
+    plans, _ = simulate(settings, SHELF, in_top(100), agree=0.45, steps=400)
+    late = plans[100:]
+    probes = [p for p in late if p.probe]
+    assert sum(p.depth == 0 for p in late) >= 0.8 * len(late) and len(probes) >= 10
+    assert all(p.depth >= 2 for p in probes)
+    state = new_request(settings)
+    state.plain_steps, state.next_probe, state.behind = 0, 1, 10
+    state.tried, state.agreed, state.squared = [200.0], [90.0], [90.0]  # 0.45 over many drafts: plain wins
+    options, hopeful = rates(state, SHELF), rates(state, SHELF, acceptance="perfect")
+    plan = choose(state, SHELF)
+    # Among the lengths perfect acceptance would pay for (one draft would not: its second row costs too much).
+    paying = [d for (d, k), rate in hopeful.items() if d > 0 and k == plan.size and rate > hopeful[(0, SIZES[-1])]]
+    assert 1 not in paying and plan.probe and plan.depth == max(paying, key=lambda d: options[(d, plan.size)])
+
+
 def test_recovers_when_acceptance_comes_back():
     state = new_request(ControllerSettings(sizes=SIZES, probe_every=4))
     world = random.Random(0)
