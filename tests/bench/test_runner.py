@@ -86,7 +86,8 @@ def test_run_benchmark_interleaves_methods_and_is_lossless_in_fp64(tiny_dirs):
     assert rows["fr-spec k=2 map=16"]["acceptance_length"] < full["acceptance_length"]
 
 
-def test_repeats_run_rounds_of_all_methods_and_keep_each_methods_median_run(tiny_dirs, monkeypatch):
+@pytest.mark.parametrize("repeats,kept_s", [(3, 2.0), (2, 1.0)])  # of two rounds, the faster
+def test_repeats_run_rounds_of_all_methods_and_keep_each_methods_median_run(tiny_dirs, monkeypatch, repeats, kept_s):
     import frspec.bench.runner as runner
 
     target, draft, tok = _load(tiny_dirs)
@@ -94,7 +95,7 @@ def test_repeats_run_rounds_of_all_methods_and_keep_each_methods_median_run(tiny
     prompts = _prompts(tok)[:2]
     real_generate = runner._generate
     order, runs = [], {}
-    decode_s = [3.0, 1.0, 2.0]  # each method's rounds on a prompt: the median is the third round's
+    decode_s = [3.0, 1.0, 2.0]  # each method's rounds on a prompt: of three the median is the third round's
 
     def scripted(generator, prompt_ids, max_new_tokens, sampling, device, eos_ids=None):
         out = real_generate(generator, prompt_ids, max_new_tokens, sampling, device, eos_ids)
@@ -118,16 +119,18 @@ def test_repeats_run_rounds_of_all_methods_and_keep_each_methods_median_run(tiny
 
     monkeypatch.setattr(runner, "_generate", scripted)
     monkeypatch.setattr(runner, "_build_generators", build)
-    result = run_benchmark(target, draft, tok, prompts, methods, {}, max_new_tokens=20, progress=False, repeats=3)
+    result = run_benchmark(target, draft, tok, prompts, methods, {}, max_new_tokens=20, progress=False,
+                           repeats=repeats)
 
-    assert len(order) == 3 * len(methods) * len(prompts)
+    assert len(order) == repeats * len(methods) * len(prompts)
     for i, (_, ids) in enumerate(prompts):
         mine = [m for p, m in order if p == tuple(ids)]
         # Round r of prompt i starts at method (i + r): each method is first in some round.
-        assert [mine[r * len(methods)] for r in range(3)] == [methods[(i + r) % len(methods)] for r in range(3)]
+        assert [mine[r * len(methods)] for r in range(repeats)] == [methods[(i + r) % len(methods)]
+                                                                    for r in range(repeats)]
     assert len(result.generations) == len(methods) * len(prompts)
-    assert all(g.stats.wall_time_s - g.stats.prefill_time_s == 2.0 for g in result.generations)
-    assert result.notes == [f"{DRAFT_2.label} on {prompts[1][0]}: its 3 rounds emitted different tokens"]
+    assert all(g.stats.wall_time_s - g.stats.prefill_time_s == kept_s for g in result.generations)
+    assert result.notes == [f"{DRAFT_2.label} on {prompts[1][0]}: its {repeats} rounds emitted different tokens"]
     with pytest.raises(ValueError, match="repeats"):
         run_benchmark(target, draft, tok, prompts, methods, {}, max_new_tokens=4, progress=False, repeats=0)
 

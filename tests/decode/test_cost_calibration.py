@@ -347,7 +347,7 @@ def test_a_cached_table_the_timed_forwards_ran_far_off_is_measured_again(tmp_pat
     drafter = DraftModelDrafter(draft)
     first, kept = cost_measure.cached_step_costs(target, drafter, (256,), 2)
     path = kept.path
-    assert path == timings_path(cost_measure.step_costs_path(target, drafter, (256,), 2)) and not kept.samples()
+    assert path == timings_path(cost_measure.step_costs_path(target, drafter)) and not kept.samples()
 
     def timed(ratio: float, forwards: int) -> None:
         timings = StepTimings(first, path=path)

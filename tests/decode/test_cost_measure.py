@@ -243,6 +243,35 @@ def test_the_cache_key_holds_both_models_weight_formats_and_the_drafter_head(pai
     assert len(measured) == 5
 
 
+def test_one_cache_entry_serves_every_map_size_and_row_count_it_was_measured_for(pair, cache, monkeypatch, caplog):
+    # The quick bench asks for maps up to 32k, a later `generate --draft` for every size: one entry serves both,
+    # and a request beyond it measures its own sizes and rows with the entry's, so the entry only grows.
+    target, draft = pair
+    measured = []
+
+    def fake_measure(target, drafter, sizes, max_rows, shape=None, contexts=()):
+        measured.append((list(sizes), max_rows))
+        return StepCosts({n: 0.1 * n for n in range(1, max_rows + 1)}, {1: 0.01}, {k: {1: 1e-5 * k} for k in sizes})
+
+    monkeypatch.setattr(cost_measure, "measure_step_costs", fake_measure)
+    drafter = DraftModelDrafter(draft, TokenMap(list(range(64)), VOCAB), ranked=True)
+    cached_step_costs(target, drafter, (16, 32, 64), 4)
+    costs, _ = cached_step_costs(target, drafter, (32, 16), 3)  # within what was measured: read
+    assert measured == [([16, 32, 64], 4)] and costs.head(64, 1) == pytest.approx(64e-5)
+    with caplog.at_level("INFO", logger="frspec"):
+        cached_step_costs(target, drafter, (16, VOCAB), 4)  # a size it lacks
+    assert measured[-1] == ([16, 32, 64, VOCAB], 4)
+    assert any("measured for map sizes [16, 32, 64] and up to 4 rows" in r.getMessage() for r in caplog.records)
+    cached_step_costs(target, drafter, (32,), 7)  # more rows
+    assert measured[-1] == ([16, 32, 64, VOCAB], 7)
+    costs, _ = cached_step_costs(target, drafter, (16, 32, 64, VOCAB), 7)
+    assert len(measured) == 3 and costs.target(7) == pytest.approx(0.7)
+    files = list(cache.glob("*.json"))
+    assert len(files) == 1
+    provenance = json.loads(files[0].read_text())["provenance"]
+    assert provenance["sizes"] == [16, 32, 64, VOCAB] and provenance["max_rows"] == 7
+
+
 def test_a_ranked_heads_identity_does_not_move_with_its_active_size(pair):
     _, draft = pair
     drafter = DraftModelDrafter(draft, TokenMap(list(range(64)), VOCAB), ranked=True)

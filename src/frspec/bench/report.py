@@ -278,7 +278,7 @@ def markdown_report(payload: dict[str, Any], plot_files: Sequence[str] = ()) -> 
     lines.append(f"- Measured run time: {meta.get('run_time_s', 0):.1f} s (warm-up {meta.get('warmup_time_s', 0):.1f} s)")
     if (meta.get("repeats") or 1) > 1:
         lines.append(f"- Rounds: {meta['repeats']} of all methods on each prompt; each method's run of median decode "
-                     "time on the prompt is kept")
+                     "time on the prompt is kept (of an even count, the faster middle one)")
     for note in meta.get("notes") or ():
         lines.append(f"- Note: {note}")
     if meta.get("load_average"):

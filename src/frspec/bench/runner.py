@@ -211,7 +211,7 @@ def run_benchmark(
     `quant_draft_heads[q]` the quantization of the q rows' drafter heads when not q itself (None: kept float).
 
     `repeats`: rounds of all methods per prompt; each method's run of median decode time (wall time minus prefill;
-    the upper middle one for an even count) is kept, and a method whose rounds emitted different tokens (which a
+    the lower middle one for an even count) is kept, and a method whose rounds emitted different tokens (which a
     seeded or greedy run should not, except a sampled `auto` row: its costs are rescaled from its timed forwards, so its
     drafts, and with them its seeded draws, may differ) is named in `notes`.
 
@@ -280,7 +280,9 @@ def run_benchmark(
                         why = " (its step costs were rescaled between them, so its drafts drew other samples)"
                     result.notes.append(f"{m.label} on {prompt_id}: its {repeats} rounds emitted different tokens"
                                         + why)
-                kept = sorted(outs, key=lambda o: o.stats.wall_time_s - o.stats.prefill_time_s)[len(outs) // 2]
+                # The lower median: of two rounds the faster, since on an idle machine a stall only adds time (the
+                # upper one kept each row's slower round, and the rows with more varied steps lost more by it).
+                kept = sorted(outs, key=lambda o: o.stats.wall_time_s - o.stats.prefill_time_s)[(len(outs) - 1) // 2]
                 result.generations.append(
                     Generation(m, prompt_id, len(prompt_ids), list(kept.token_ids), kept.stats)
                 )

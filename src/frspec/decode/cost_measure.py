@@ -50,11 +50,12 @@ from frspec.paths import cache_dir
 
 log = logging.getLogger(__name__)  # the `frspec` command prints its records on stderr (cli.py)
 
-CACHE_VERSION = 7  # 2: per-context target and draft costs; the drafter head's weight format in the key; 3: a draft
+CACHE_VERSION = 8  # 2: per-context target and draft costs; the drafter head's weight format in the key; 3: a draft
 # model's forward over CATCH_UP_ROWS rows; 4: wide half-precision calls through fp32 (models/wide_linear.py);
 # 5: a draft model's forward over PREFILL_ROWS rows; 6: one-row half-precision calls on the faster kernel
 # (models/one_row_linear.py); 7: int4 prefills dequantize from 256 rows (models/quant_kernels.py), and a draft model's
-# forward is timed over 256 rows too, and every width twice, the faster kept (a stall only adds time)
+# forward is timed over 256 rows too, and every width twice, the faster kept (a stall only adds time); 8: one entry
+# per pair and drafted shape, serving every map size and row count it was measured for (named in its provenance)
 # A draft model is also timed over this many rows at once: what it pays to catch up after plain steps or to prefill
 # a prompt (StepCosts.catch_up_s), which the controller weighs before drafting (decode/controller.py).
 CATCH_UP_ROWS = 64
@@ -129,16 +130,16 @@ def drafter_identity(drafter: Drafter) -> str | None:
     return f"{model}|head:{type(vocab).__name__}/{rows}/{weight_format(vocab.head)}"
 
 
-def step_costs_path(target: torch.nn.Module, drafter: Drafter, sizes: Sequence[int], max_rows: int,
-                    shape: TreeShape | None = None, contexts: Sequence[int] = CONTEXTS) -> Path | None:
-    """Where this machine's costs for the pair are cached (None for models without a name or path). The
-    forwards timed since (decode/cost_calibration.py) are kept beside it, in `timings_path(path)`."""
+def step_costs_path(target: torch.nn.Module, drafter: Drafter, shape: TreeShape | None = None,
+                    contexts: Sequence[int] = CONTEXTS) -> Path | None:
+    """Where this machine's costs for the pair are cached (None for models without a name or path): one entry
+    whatever map sizes and draft lengths are asked of it (`cached_step_costs`). The forwards timed since
+    (decode/cost_calibration.py) are kept beside it, in `timings_path(path)`."""
     device = next(target.parameters()).device
     ids = (model_identity(target), drafter_identity(drafter))
     if None in ids:
         return None
-    what = json.dumps([CACHE_VERSION, machine_name(device), str(device), *ids, sorted(sizes), max_rows, str(shape),
-                       sorted(contexts)])
+    what = json.dumps([CACHE_VERSION, machine_name(device), str(device), *ids, str(shape), sorted(contexts)])
     return cache_dir() / "step_costs" / f"{hashlib.sha256(what.encode()).hexdigest()[:16]}.json"
 
 
@@ -147,26 +148,40 @@ def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence
                       contexts: Sequence[int] = CONTEXTS) -> tuple[StepCosts, StepTimings]:
     """This machine's costs for the pair, from the cache when it has them, else measured (and cached), and the
     forwards timed against them since (decode/cost_calibration.py; kept beside them, empty for new costs). A
-    cached table the forwards timed since ran far off (cost_calibration.STALE_LEVEL) is measured again."""
+    cached table the forwards timed since ran far off (cost_calibration.STALE_LEVEL) is measured again.
+
+    One entry serves every request of the pair whose map `sizes` and `max_rows` it was measured for (its provenance
+    names them): the quick bench's maps up to 32k and a later `generate --draft` with every size read one table,
+    not two measurements of minutes each. Asked for a size or row count it lacks, it is measured again for those
+    and its own together, so the entry only grows."""
     device = next(target.parameters()).device
     machine = machine_name(device)
     ids = (model_identity(target), drafter_identity(drafter))
-    path = step_costs_path(target, drafter, sizes, max_rows, shape, contexts)
+    path = step_costs_path(target, drafter, shape, contexts)
     kept = None if path is None else timings_path(path)
+    sizes, max_rows = sorted({int(k) for k in sizes}), int(max_rows)
     if path is not None and path.is_file() and not refresh:
         try:
             cached = StepCosts.from_dict(json.loads(path.read_text(encoding="utf-8")), f"cached costs {path}")
         except (FrspecError, json.JSONDecodeError, OSError):
             cached = None  # a damaged cache entry is measured again and overwritten
         if cached is not None:
+            had_sizes = [int(k) for k in cached.provenance.get("sizes") or ()]
+            had_rows = int(cached.provenance.get("max_rows") or 0)
             timings = load_timings(kept, cached)
             level = timings.level()
-            if level is None or abs(level - 1.0) <= STALE_LEVEL:
+            if not set(sizes) <= set(had_sizes) or max_rows > had_rows:
+                log.info("the cached step costs (%s) were measured for map sizes %s and up to %d rows: measuring "
+                         "them again for %s and up to %d", path.name, had_sizes, had_rows,
+                         sorted(set(sizes) | set(had_sizes)), max(max_rows, had_rows))
+                sizes, max_rows = sorted(set(sizes) | set(had_sizes)), max(max_rows, had_rows)
+            elif level is None or abs(level - 1.0) <= STALE_LEVEL:
                 return cached, timings
-            # The forwards timed since ran far off it (decode/cost_calibration.py): measured again, and the
-            # timings, kept against the old table, start over.
-            log.info("the cached step costs (%s) are %.0f%% off what the forwards timed since took: measuring them "
-                     "again", path.name, abs(level - 1.0) * 100)
+            else:
+                # The forwards timed since ran far off it (decode/cost_calibration.py): measured again, and the
+                # timings, kept against the old table, start over.
+                log.info("the cached step costs (%s) are %.0f%% off what the forwards timed since took: measuring "
+                         "them again", path.name, abs(level - 1.0) * 100)
     # Up to minutes on a CPU for a 1.5B pair: say so, or a first `generate --draft` looks hung.
     log.info("measuring this machine's step costs for the controller (once per machine and model pair; %s)",
              f"cached in {path.parent}" if path is not None else "models without a path are not cached")
@@ -176,7 +191,7 @@ def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence
     log.info("step costs measured in %.0f s", wall)
     costs.provenance.update({"machine": machine, "device": str(device), "target": ids[0], "drafter": ids[1],
                              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                             "measure_wall_s": round(wall, 2)})
+                             "measure_wall_s": round(wall, 2), "sizes": sizes, "max_rows": max_rows})
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
