@@ -345,7 +345,7 @@ def test_a_cached_table_the_timed_forwards_ran_far_off_is_measured_again(tmp_pat
     tables = iter([_table({1: 1.0, 2: 1.0}), _table({1: 0.5, 2: 0.5})])
     monkeypatch.setattr(cost_measure, "measure_step_costs", lambda *a, **k: next(tables))
     drafter = DraftModelDrafter(draft)
-    first, kept = cost_measure.cached_step_costs(target, drafter, (256,), 2)
+    first, kept = cost_measure.cached_step_costs(target, drafter, (128, 256), 2)  # later calls ask for less
     path = kept.path
     assert path == timings_path(cost_measure.step_costs_path(target, drafter)) and not kept.samples()
 
@@ -364,7 +364,7 @@ def test_a_cached_table_the_timed_forwards_ran_far_off_is_measured_again(tmp_pat
     timed(0.5, STALE_FORWARDS)
     with caplog.at_level("INFO", logger="frspec"):
         again, restarted = cost_measure.cached_step_costs(target, drafter, (256,), 2)
-    assert again.target(1) == 0.5
+    assert again.target(1) == 0.5 and again.provenance["sizes"] == [128, 256]  # the entry's sizes kept
     assert any("50% off what the forwards timed since took: measuring them again" in r.getMessage()
                for r in caplog.records)
     assert load_timings(path, again).samples() == {}

@@ -166,18 +166,18 @@ def cached_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequence
         except (FrspecError, json.JSONDecodeError, OSError):
             cached = None  # a damaged cache entry is measured again and overwritten
         if cached is not None:
-            had_sizes = [int(k) for k in cached.provenance.get("sizes") or ()]
-            had_rows = int(cached.provenance.get("max_rows") or 0)
-            timings = load_timings(kept, cached)
-            level = timings.level()
-            if not set(sizes) <= set(had_sizes) or max_rows > had_rows:
+            provenance = cached.provenance
+            had = (sorted(int(k) for k in provenance.get("sizes") or ()), int(provenance.get("max_rows") or 0))
+            # Whatever is measured again covers the entry's own sizes and rows too: it only grows.
+            sizes, max_rows = sorted(set(sizes) | set(had[0])), max(max_rows, had[1])
+            if (sizes, max_rows) != had:
                 log.info("the cached step costs (%s) were measured for map sizes %s and up to %d rows: measuring "
-                         "them again for %s and up to %d", path.name, had_sizes, had_rows,
-                         sorted(set(sizes) | set(had_sizes)), max(max_rows, had_rows))
-                sizes, max_rows = sorted(set(sizes) | set(had_sizes)), max(max_rows, had_rows)
-            elif level is None or abs(level - 1.0) <= STALE_LEVEL:
-                return cached, timings
+                         "them again for %s and up to %d", path.name, *had, sizes, max_rows)
             else:
+                timings = load_timings(kept, cached)
+                level = timings.level()
+                if level is None or abs(level - 1.0) <= STALE_LEVEL:
+                    return cached, timings
                 # The forwards timed since ran far off it (decode/cost_calibration.py): measured again, and the
                 # timings, kept against the old table, start over.
                 log.info("the cached step costs (%s) are %.0f%% off what the forwards timed since took: measuring "
