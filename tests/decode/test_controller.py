@@ -364,6 +364,30 @@ def test_a_drafter_left_behind_is_probed_only_where_catching_up_can_pay():
     assert state.behind <= 15 + 1  # probe_every plus its jitter
 
 
+def test_a_probe_is_taken_only_where_perfect_acceptance_would_gain_enough(monkeypatch):
+    """A probe finds out whether acceptance is high; where even perfect acceptance would gain under PROBE_GAIN over
+    plain decoding (its catch-up counted), that is worth less than the probe costs."""
+    from frspec.decode.controller import PROBE_GAIN, _best
+
+    settings = ControllerSettings(sizes=SIZES, probe_every=10)
+
+    def perfect_gain(step_costs, state, behind):
+        hopeful = rates(dataclasses.replace(state, behind=behind), step_costs, acceptance="perfect")
+        return hopeful[_best(hopeful)] / hopeful[(0, SIZES[-1])]
+
+    slim = costs(lambda n: 0.3 + 0.26 * (n - 1), base=0.01)
+    ample = costs(lambda n: 0.3 + 0.24 * (n - 1), base=0.01)
+    plans, state = simulate(settings, slim, in_top(100), agree=0.05, steps=200, seed=7)
+    assert all(1.0 < perfect_gain(slim, state, behind) < 1.0 + PROBE_GAIN for behind in (10, 15))
+    assert not any(p.probe for p in plans[50:])
+    plans, state = simulate(settings, ample, in_top(100), agree=0.05, steps=200, seed=7)
+    assert all(perfect_gain(ample, state, behind) > 1.0 + PROBE_GAIN for behind in (10, 15))
+    assert any(p.probe for p in plans[50:])
+    monkeypatch.setattr(controller, "PROBE_GAIN", 0.0)  # the same slim upside, probed without the rule
+    plans, _ = simulate(settings, slim, in_top(100), agree=0.05, steps=200, seed=7)
+    assert any(p.probe for p in plans[50:])
+
+
 def test_a_plain_step_puts_the_drafter_one_token_behind_and_a_draft_catches_it_up():
     state = new_request(ControllerSettings(sizes=SIZES))
     observe(state, Plan(0, SIZES[-1]), 0, [1])
@@ -532,6 +556,23 @@ def test_a_kind_carries_how_its_drafts_were_accepted_and_its_first_request_finds
     own = new_request(settings, worth=well, setting_worth=badly)  # its own drafts weigh, the setting's as a prior
     assert badly.acceptance()[0] < own.prior_acceptance < well.acceptance()[0]
     assert own.prior_acceptance == pytest.approx(well.acceptance(badly.acceptance())[0])
+
+
+def test_a_kinds_first_request_finds_out_only_where_the_bound_wins_the_prefill_back_with_a_margin(monkeypatch):
+    """The upper bound is the best a kind may turn out to be: a prefill it wins back only just is a sure cost for a
+    slim chance, so a first request prefills to find out where the bound wins it back FIND_OUT_MARGIN times."""
+    from frspec.decode.controller import (EXPLORE_PREFILL_SHARE, FIND_OUT_MARGIN, _estimated_saving,
+                                          request_contexts)
+
+    settings = ControllerSettings(sizes=SIZES)
+    slim = costs(lambda n: 0.3 + 0.26 * (n - 1))  # at perfect acceptance a chain saves little
+    bound, plain_s = _estimated_saving(new_request(settings), slim, 64, request_contexts(slim, 50, 64),
+                                       acceptance="upper")
+    prefill = slim.drafter_prefill_s(50)
+    assert prefill < EXPLORE_PREFILL_SHARE * 64 * plain_s and 1.0 < bound * 64 / prefill < FIND_OUT_MARGIN
+    assert drafter_prefill_tokens(new_request(settings), slim, 50, 64) == 0
+    monkeypatch.setattr(controller, "FIND_OUT_MARGIN", 1.0)
+    assert drafter_prefill_tokens(new_request(settings), slim, 50, 64) == 50
 
 
 def test_a_kinds_first_request_whose_whole_prompt_is_too_dear_finds_out_through_a_window():

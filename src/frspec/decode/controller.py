@@ -53,8 +53,9 @@ one draft pays that dear second row for the fewest tokens and shows the least.
 A drafter does not run on plain steps, so its next draft first runs it over every token they emitted (`behind`); on
 a machine where a forward over n rows costs about n one-row forwards (bf16 on a CPU without bf16 instructions) that
 catch-up costs as much as the plain steps saved. Every drafting option's time includes it
-(`StepCosts.catch_up_s`), so a probe is taken only where even perfect acceptance would win the catch-up back, and
-exploration stops sooner the further behind the drafter is. For the same reason a request drafts at all only if
+(`StepCosts.catch_up_s`), so a probe is taken only where even perfect acceptance would win the catch-up back (by `PROBE_GAIN`:
+a probe whose best case barely pays is not worth what it shows), and exploration stops sooner the further behind the
+drafter is. For the same reason a request drafts at all only if
 what drafting is expected to save over its tokens, at its estimates before the first step, wins back the drafter's
 prefill over the prompt (`drafter_prefill_tokens`): once paid, that prefill is sunk, so it is weighed at the
 estimate, not at the upper bound exploration uses. Where the whole prompt's prefill would not be won back, a draft
@@ -66,7 +67,8 @@ ranking: translations and code files of one length are drafted differently) and 
 its drafts were accepted becomes their prior acceptance (`carry_worth`; a kind with few drafts of its own leans on
 those of every kind at its sampling setting). Where no draft pays at the prior, only a
 request that drafts can show that its kind's drafts pay, so a kind's first request prefills its drafter where that
-wins back at acceptance's upper bound and costs little next to the request (`EXPLORE_PREFILL_SHARE`). Where its
+wins back at acceptance's upper bound (`FIND_OUT_MARGIN` times over) and costs little next to the request
+(`EXPLORE_PREFILL_SHARE`). Where its
 whole prompt's prefill costs more than that, it finds out through the longest prompt window whose prefill does
 (translations of 612-748 tokens on the bf16 pair: 10-12% of a plain 128-token answer, where a 512-token window's is
 7-8%). A drafter that read a window drafts differently (measured, the 0.5B drafter's agreement: translations 0.96
@@ -162,6 +164,14 @@ PROMPT_TOKEN_WEIGHT = 0.05
 # Prompt tokens further back than this weigh less than e^-5 of the last one: not counted.
 PROMPT_WINDOW = 1000
 PROBE_EVERY = 16
+# ... and only where perfect acceptance would beat plain decoding by at least this share: finding out that acceptance
+# is high is worth what drafting would then gain, and a probe whose best case barely pays costs more than what it can
+# show is worth. On the int4 pair on the AVX2-only EPYC (4f58b3e), 22 plain steps behind, only a chain of 6 won its
+# catch-up back at perfect acceptance, and that probe (7 target rows, 6 drafts, the catch-up) cost MT-Bench's first
+# question 0.5 s. Replayed over the 9-prompt int4 mix's drafts at all 94 kept cost tables (docs/benchmarks.md,
+# "A probe needs an upside"): that table's MT-Bench 0.957x -> 0.981x the best static row, no table's dataset lower by
+# more than 0.2%; at 10% an AVX512 temperature-1.0 table's code fell 1.032x -> 0.988x.
+PROBE_GAIN = 0.05
 # Plain decoding only when drafting loses even at acceptance this many standard deviations above its estimate.
 UPPER_BOUND_SDS = 1.5
 # ... and only while the estimate says that draft loses at most this share of plain decoding's rate: a draft that
@@ -224,6 +234,11 @@ COMMON_SHARE = 0.85
 # plainly at 0.78x the drafter without a map, while code files' 1,309-token prefill (4.2 s, 22%) would have cost
 # code 10-20% to try where every static row lost to vanilla.
 EXPLORE_PREFILL_SHARE = 0.10
+# ... and where the saving at acceptance's upper bound over its tokens is this many times that prefill: the bound is
+# the best the kind may turn out to be, and a prefill it barely wins back is a sure cost for a slim chance. Replayed
+# as PROBE_GAIN's: the AVX2-only EPYC's bf16 tables, where every draft loses, then no longer prefill code files of
+# ~1,000 tokens to find out (code 0.972x -> 1.000x the best static row), no table's dataset lower.
+FIND_OUT_MARGIN = 1.5
 # The steps a request takes only to find out (probes, drafts on acceptance's upper bound alone, timing drafts) may
 # together lose at most this share of the request's expected plain decoding time, net of what they saved (at the
 # costs, `count_saving`); once they have, it drafts only where the estimate says drafting pays. Each such step is
@@ -680,13 +695,14 @@ def _estimated_saving(state: ControllerState, costs: StepCosts, max_new_tokens: 
 
 def _finds_out(prefill: float, bound: float, allowed: float, emitted: float) -> bool:
     """Whether a request prefills its drafter (`prefill` seconds) to find out how its drafts are accepted: where
-    the saving a token at acceptance's upper bound (`bound`) over its `emitted` tokens wins the prefill back and the
+    the saving a token at acceptance's upper bound (`bound`) over its `emitted` tokens wins the prefill back
+    FIND_OUT_MARGIN times over and the
     prefill costs at most `allowed` seconds: EXPLORE_PREFILL_SHARE of the request's expected plain decoding time
     where its kind carried too few drafts to go by (what it finds out is the kind's), else EXPLORE_PREFILL_OF_BUDGET
     of its exploration budget (what it finds out is its own). A kind's first requests whose whole prompt is too
     dear for that read a window of it instead, where one's prefill fits EXPLORE_PREFILL_SHARE: what its drafts show
     is carried apart (`new_request`'s `window_worth`)."""
-    return prefill <= allowed and bound * emitted > prefill
+    return prefill <= allowed and bound * emitted > FIND_OUT_MARGIN * prefill
 
 
 def plain_tokens_first(state: ControllerState, costs: StepCosts, prefill_tokens: int) -> int:
@@ -803,7 +819,7 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
     if state.plain_steps >= state.next_probe:
         hopeful = rates(state, costs, remaining, acceptance="perfect", context=context)
         best = _best(hopeful)
-        if best[0] > 0:
+        if best[0] > 0 and hopeful[best] > (1.0 + PROBE_GAIN) * hopeful[(0, s.sizes[-1])]:
             state.plain_steps = 0
             state.next_probe = _probe_interval(state)
             # The length that loses least at the estimate among those perfect acceptance would pay (where a

@@ -54,8 +54,12 @@ from frspec.io import atomic_path
 
 log = logging.getLogger(__name__)
 
-# Timed forwards of one row count before their median replaces the table's level there.
-CALIBRATION_SAMPLES = 8
+# Timed forwards of one row count before their median replaces the table's level there. Each forward timed at a wrong
+# level may be a step that loses: on the AVX2-only EPYC a fresh int4 table read 2 rows at 168 ms where the run's own
+# ran 215 (x1.28; measured again in one process, five tables read 149-213 ms), chains of 1 looked 9% ahead of plain
+# decoding, and MT-Bench's first question drafted 16 steps before the scale took (0.80x vanilla, docs/benchmarks.md).
+# Four: the median of four still stands a slow first forward after a prefill.
+CALIBRATION_SAMPLES = 4
 # The most recent timed forwards kept per row count: a machine's speed drifts (another process, the clock), and the
 # last few dozen forwards say what a step costs now.
 CALIBRATION_WINDOW = 64
