@@ -170,7 +170,7 @@ PROBE_EVERY = 16
 # catch-up back at perfect acceptance, and that probe (7 target rows, 6 drafts, the catch-up) cost MT-Bench's first
 # question 0.5 s. Replayed over the 9-prompt int4 mix's drafts at all 94 kept cost tables (docs/benchmarks.md,
 # "Exploration that needs an upside"): that table's MT-Bench 0.957x -> 0.981x the best static row, no table's dataset
-# lower by more than 0.2%; at 10% an AVX512 temperature-1.0 table's code fell 1.032x -> 0.988x.
+# lower (with FIND_OUT_MARGIN); at 10% an AVX512 temperature-1.0 table's code fell 1.032x -> 0.988x.
 PROBE_GAIN = 0.05
 # Plain decoding only when drafting loses even at acceptance this many standard deviations above its estimate.
 UPPER_BOUND_SDS = 1.5
