@@ -818,14 +818,13 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
     state.plain_steps += 1
     if state.plain_steps >= state.next_probe:
         hopeful = rates(state, costs, remaining, acceptance="perfect", context=context)
-        best = _best(hopeful)
-        if best[0] > 0 and hopeful[best] > (1.0 + PROBE_GAIN) * hopeful[(0, s.sizes[-1])]:
+        best, plain = _best(hopeful), hopeful[(0, s.sizes[-1])]
+        if best[0] > 0 and hopeful[best] > (1.0 + PROBE_GAIN) * plain:
             state.plain_steps = 0
             state.next_probe = _probe_interval(state)
             # The length that loses least at the estimate among those perfect acceptance would pay (where a
             # forward over 2-7 rows costs about what one over 2 does, a chain of 3 shows more for little more);
             # `best` is among them, since ties go to plain decoding.
-            plain = hopeful[(0, s.sizes[-1])]
             paying = {dk: options[dk] for dk, rate in hopeful.items()
                       if dk[0] > 0 and dk[1] == best[1] and rate > plain}
             return _record(state, Plan(_best(paying)[0], best[1], probe=True))
