@@ -17,12 +17,16 @@ ranking of 65,536 ids.
 `replay` plays the engine's loop (engine.py `_controlled_step`) for each prompt in order, carrying confidence bins,
 worth and answer lengths from request to request as a generator does: drafter-prefill decision (a late one too; each
 weighed over the answer length the kind's earlier answers give, `--max-new-tokens` the cap), choose, chain_rule
-over the picks' probabilities, observe, count_saving; times every step at the run's cost table (`controller_costs`,
-as measured; not recalibrated, so no timing drafts). It prints per prompt auto's time against vanilla's and the
-static chains of 3 (map 32k, 64k, none), then per dataset auto against the best of those rows. `--set
+over the picks' probabilities, observe, count_saving, and the engine's timing of each step, which rescales the costs
+the controller decides by (decode/cost_calibration.py, within and after requests; timing drafts included). Every
+step takes the time of the run's cost table (`controller_costs`, as measured), or with `--truth-rows-scale X` of that
+table with the target's forwards over 2 rows and more X times dearer: a table off where drafting's choices turn, as
+the AVX2-only EPYC's tables were by x1.07-x1.29 (the controller starts from the table as measured and finds out as
+the engine would). It prints per prompt auto's time against vanilla's and the static chains of 3 (map 32k, 64k,
+none; timed at the same truth), then per dataset auto against the best of those rows. `--set
 controller.NAME=VALUE` sets a module constant first (e.g. `--set POSITION_DRAFTS=4.0`).
 
-Left out, so read ratios as the controller's choices at the table's costs, not a timed run: a prompt window's
+Left out, so read ratios as the controller's choices at those costs, not a timed run: a prompt window's
 drafts (replayed as the whole prompt's, flagged W), a chain's picks after its first rejection (replayed at the
 teacher-forced probabilities; they only decide whether the chain goes on), and the clock's noise. Checked against a
 timed run (int4 pair, AVX-512 EPYC, 64 tokens, `5c40db5`): mtbench-91 replayed at 0.949x vanilla, timed 0.94x.
@@ -38,6 +42,8 @@ import torch
 
 from frspec.decode import controller
 from frspec.decode.answer_lengths import add_answer, expected_tokens
+from frspec.decode import cost_calibration as calibration
+from frspec.decode.cost_calibration import StepTimings, recalibrated
 from frspec.decode.step_costs import StepCosts
 
 STATIC_SIZES = (32768, 65536)  # the bench's static map rows; the whole head is added
@@ -97,20 +103,33 @@ def drafts(args) -> None:
 class Replay:
     """One generator's requests replayed at `costs`."""
 
-    def __init__(self, costs: StepCosts, sizes, coverage):
-        self.costs, self.sizes, self.coverage = costs, tuple(sizes), coverage
-        self.settings = controller.ControllerSettings(sizes=self.sizes, recalibrate=False)
+    def __init__(self, costs: StepCosts, sizes, coverage, truth: StepCosts | None = None):
+        # The controller decides at `costs`, rescaled as the engine rescales them from the forwards it times
+        # (decode/cost_calibration.py), here timed at `truth` (default: the table itself, which rescaling keeps).
+        self.table, self.costs, self.sizes, self.coverage = costs, costs, tuple(sizes), coverage
+        self.truth = costs if truth is None else truth
+        self.timings = StepTimings(costs)
+        self.settings = controller.ControllerSettings(sizes=self.sizes)
         self.confidence, self.worth, self.lengths = None, {}, {}
+
+    def time(self, timed: StepTimings, depth: int, k: int, context: int, behind: int) -> None:
+        """Time a step as the engine does: its target forward, and its drafting where it drafted."""
+        rows = controller.target_rows(self.settings, depth)
+        timed.add_target(rows, context, self.truth.target(rows, timed._context(context)))
+        if depth:
+            shape, at = controller.step_shape(self.settings, depth), timed._context(context)
+            timed.add_draft(shape, k, context, behind, self.truth.draft_time_s(shape, k, at)
+                            + self.truth.behind_s(behind, at))
 
     def step_s(self, depth: int, k: int, context: int, behind: int = 0) -> float:
         context = controller._rounded(context)
         if not depth:
-            return self.costs.step_time_s(None, context=context)
-        return (self.costs.step_time_s(controller.step_shape(self.settings, depth), k, context)
-                + self.costs.behind_s(behind, context))
+            return self.truth.step_time_s(None, context=context)
+        return (self.truth.step_time_s(controller.step_shape(self.settings, depth), k, context)
+                + self.truth.behind_s(behind, context))
 
     def prefill_s(self, tokens: int) -> float:
-        return self.costs.drafter_prefill_s(tokens) if tokens else 0.0
+        return self.truth.drafter_prefill_s(tokens) if tokens else 0.0
 
     def static(self, record: dict, new: int, k: int | None) -> float:
         """A chain of STATIC_DEPTH at map size k (None: plain decoding) over the answer's first `new` tokens."""
@@ -128,7 +147,7 @@ class Replay:
         drafted length."""
         answer, prompt = record["answer"][:new], record["prompt_tokens"]
         kind = controller.request_kind(prompt, record["prompt_ranks"])
-        state = controller.new_request(self.settings, self.coverage, 0, None, self.confidence,
+        state = controller.new_request(self.settings, self.coverage, 0, self.timings.samples(), self.confidence,
                                        worth=self.worth.get(kind), setting_worth=self.worth.get("setting"),
                                        window_worth=self.worth.get((kind, "window")))
         controller.observe_prompt(state, record["prompt_ranks"])
@@ -139,21 +158,26 @@ class Replay:
         # A draft model prefills late, after this many tokens (the engine's _late_prefill), decided again then.
         late = controller.plain_tokens_first(state, self.costs, drafter_prompt) if drafter_prompt else 0
         seconds, i, depths = self.prefill_s(0 if late else drafter_prompt), 1, [0] * (self.settings.max_depth + 1)
+        timed, costs, forwards = StepTimings(self.table), self.costs, 0
         while i < len(answer):
+            if forwards and forwards % calibration.RESCALE_EVERY == 0:  # after the step that made it so
+                costs = self.timings.merged(timed).costs()
             remaining, context = len(answer) - i, prompt + i
             if late and i >= late:
                 late, drafter_prompt = 0, controller.drafter_prefill_tokens(
-                    state, self.costs, prompt, new - i, WINDOWS, expected_tokens=expected_tokens(lengths, i, new))
+                    state, costs, prompt, new - i, WINDOWS, expected_tokens=expected_tokens(lengths, i, new))
                 seconds += self.prefill_s(drafter_prompt)
             if not drafter_prompt or late:
                 seconds += self.step_s(0, 0, context)
+                self.time(timed, 0, 0, context, 0)
+                forwards += 1
                 i += 1
                 continue
-            plan = controller.choose(state, self.costs, remaining, context=context)
+            plan = controller.choose(state, costs, remaining, context=context)
             behind = state.behind
             drafted, k = 0, plan.size
             if plan.depth:
-                keep = controller.chain_rule(state, self.costs, plan, context)
+                keep = controller.chain_rule(state, costs, plan, context)
                 limit = min(plan.drafts, remaining - 1)
                 while drafted < limit:
                     drafted += 1
@@ -164,8 +188,12 @@ class Replay:
             drawn = ([1.0] * accepted + [0.0])[:drafted]
             controller.observe(state, controller.Plan(drafted, k, plan.probe), accepted,
                                record["ranks"][i : i + emitted], None, drawn)
-            controller.count_saving(state, self.costs, drafted, k, emitted, context, behind, plan.finding_out)
-            seconds += self.step_s(drafted, k, context, behind)
+            step_s = self.step_s(drafted, k, context, behind)
+            controller.count_saving(state, costs, drafted, k, emitted, context, behind, plan.finding_out,
+                                    step_s if drafted else None)
+            seconds += step_s
+            self.time(timed, drafted, k, context, behind)
+            forwards += 1
             depths[drafted] += 1
             if steps:
                 print(f"    token {i:4d}: chose {plan.depth} (up to {plan.longest}) at {k}, drafted {drafted}, "
@@ -178,6 +206,8 @@ class Replay:
         self.worth[(kind, "window")] = controller.carry_worth(self.worth.get((kind, "window")), state,
                                                               0 < drafter_prompt < prompt)
         self.lengths[kind] = add_answer(lengths, len(answer), len(answer) >= new)
+        self.timings.merge(timed)
+        self.costs = self.timings.costs()
         return seconds, drafter_prompt, depths
 
 
@@ -203,7 +233,10 @@ def replay(args) -> None:
     sizes = tuple(data["sizes"])
     rows = (None, *STATIC_SIZES, sizes[-1])
     names = {None: "vanilla", sizes[-1]: "k=3 no map", **{k: f"k=3 map={k}" for k in STATIC_SIZES}}
-    player = Replay(costs, sizes, data.get("coverage") or {})
+    # A table off where decisions turn: the target's forwards over 2 rows and more take `--truth-rows-scale` times
+    # what the table says (on the AVX2-only EPYC the engine's own forwards rescaled 2 rows by x1.07-x1.29).
+    truth = recalibrated(costs, {1: 1.0, 2: args.truth_rows_scale}) if args.truth_rows_scale != 1.0 else None
+    player = Replay(costs, sizes, data.get("coverage") or {}, truth)
     totals: dict[str, dict] = {}
     for record in data["records"]:
         # The cap the answers were generated under: an answer shorter than it ended at an EOS.
@@ -249,6 +282,9 @@ def main() -> None:
     r.add_argument("--max-new-tokens", type=int, default=None)
     r.add_argument("--set", action="append", default=[], help="NAME=VALUE: a decode/controller.py constant")
     r.add_argument("--steps", action="store_true", help="print every step")
+    r.add_argument("--truth-rows-scale", type=float, default=1.0,
+                   help="time steps with the target's forwards over 2+ rows this many times the table's (the "
+                        "controller still decides at the table): a table off where drafting's choices turn")
     args = parser.parse_args()
     drafts(args) if args.command == "drafts" else replay(args)
 

@@ -16,7 +16,7 @@ import pytest
 from frspec.decode import controller
 from frspec.decode.controller import (EXPLORE_BUDGET, EXPLORE_LOSS, ControllerSettings, Plan, carried_confidence,
                                       chain_rule, choose, count_saving, drafter_prefill_tokens, expected_tokens,
-                                      new_request, observe, rates)
+                                      new_request, observe, rates, step_shape)
 from frspec.decode.step_costs import StepCosts
 from frspec.decode.tree_shape import TreeShape
 from frspec.errors import FrspecError
@@ -294,6 +294,23 @@ def test_the_steps_taken_to_find_out_stop_once_they_lost_the_requests_exploratio
     state = new_request(settings)
     drafter_prefill_tokens(state, LINEAR, 100, 64)
     assert state.explore_budget_s == pytest.approx(EXPLORE_BUDGET * 64 * LINEAR.step_time_s(None))
+
+
+def test_a_timed_step_taken_to_find_out_spends_the_budget_by_the_clock_and_the_worth_by_the_table():
+    settings = ControllerSettings(sizes=SIZES)
+    plain = FLAT.step_time_s(None)
+    at_table = FLAT.step_time_s(step_shape(settings, 1), SIZES[0])
+    assert at_table < 2 * plain  # at the table, a chain of 1 that is accepted saves ...
+    for clock_s, gains in ((at_table, True), (2.2 * plain, False)):  # ... by the clock it may lose
+        state = new_request(settings)
+        count_saving(state, FLAT, 1, SIZES[0], 2, finding_out=True, clock_s=clock_s)
+        assert state.explored_s == pytest.approx(clock_s - 2 * plain) and (state.explored_s < 0) == gains
+        assert state.saved_s == pytest.approx(2 * plain - at_table)  # what its kind carries stays at the table
+    # A step not taken to find out spends no budget, timed or not; nor does a plain step.
+    state = new_request(settings)
+    count_saving(state, FLAT, 1, SIZES[0], 1, finding_out=False, clock_s=3 * plain)
+    count_saving(state, FLAT, 0, SIZES[0], 1, finding_out=True, clock_s=3 * plain)
+    assert state.explored_s == 0.0
 
 
 def test_expected_counts_replace_the_accept_reject_outcomes_when_given():

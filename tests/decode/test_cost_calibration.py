@@ -191,18 +191,48 @@ def test_a_length_is_timed_only_while_untimed_and_close_to_the_best():
     state = new_request(settings, timed_rows={})
     best = rates(state, costs)
     picked = []
-    for _ in range(4 * CALIBRATION_SAMPLES):
+    for _ in range(5 * CALIBRATION_SAMPLES):
         plan = choose(state, costs)
         picked.append((plan.depth, plan.timing))
         observe(state, plan, plan.depth, None)
     timed = {depth for depth, timing in picked if timing}
     assert 3 not in {depth for depth, _ in picked}
-    assert all(best[(d, V)] >= (1 - COST_EXPLORE_LOSS) * max(best.values()) for d in timed)
+    # Drafts are timed within COST_EXPLORE_LOSS of the best; plain decoding, the reference, at any rate.
+    assert 0 in timed and best[(0, V)] < (1 - COST_EXPLORE_LOSS) * max(best.values())
+    assert all(best[(d, V)] >= (1 - COST_EXPLORE_LOSS) * max(best.values()) for d in timed - {0})
     assert all(state.timed_rows[target_rows(settings, d)] >= CALIBRATION_SAMPLES for d in timed)
     assert not any(timing for _, timing in picked[-CALIBRATION_SAMPLES:])  # all timed: it drafts its best
     # Without recalibration (no timed_rows) nothing is drafted for timing.
     state = new_request(settings)
     assert not any(choose(state, costs).timing for _ in range(CALIBRATION_SAMPLES))
+
+
+def test_plain_decoding_is_timed_where_only_drafts_were_so_a_table_too_cheap_at_several_rows_is_found_out():
+    # The table reads 2 rows and more 1.3x too cheap. Timed at drafts alone, rescaling holds their scale down to one
+    # row, so plain decoding looks as much dearer and drafting keeps looking paying. The controller times plain
+    # decoding too (a few steps, spending no exploration budget), and its rescaled table then has drafting lose.
+    settings = ControllerSettings(sizes=(V,), depths=(0, 1))
+    table = _table({1: 1.0, 2: 1.5, 3: 2.0})
+    truth = {1: 1.0, 2: 1.5 * 1.3, 3: 2.0 * 1.3}  # where even a chain of 1 always accepted loses
+    state = new_request(settings, timed_rows={})
+    state.agreed, state.tried, state.squared = [45.0] * 6, [50.0] * 6, [45.0] * 6  # 90% accepted
+    assert max(rates(state, table), key=rates(state, table).get)[0] == 1  # drafting pays at the table
+    state.explore_budget_s = 0.0  # and the request has no budget left to find out with
+    timings = StepTimings(table)
+    for _ in range(3 * CALIBRATION_SAMPLES):
+        plan = choose(state, timings.costs())
+        rows = target_rows(settings, plan.depth)
+        timings.add_target(rows, 1, table.target(rows) * truth[rows] / table.target_costs[rows])
+        observe(state, plan, plan.depth, None)
+    assert state.timed_rows[1] >= CALIBRATION_SAMPLES and state.timed_rows[2] >= CALIBRATION_SAMPLES
+    rescaled = rates(state, timings.costs())
+    assert max(rescaled, key=rescaled.get)[0] == 0  # the true costs: drafting 90% accepted loses
+    assert choose(state, timings.costs()).depth == 0
+    # Timed at drafts alone (plain decoding's timings withheld), the rescaled table still has drafting pay.
+    drafts_only = StepTimings(table)
+    drafts_only.target_ratios = {n: r for n, r in timings.target_ratios.items() if n > 1}
+    misled = rates(state, drafts_only.costs())
+    assert max(misled, key=misled.get)[0] == 1
 
 
 # -- the engine ---------------------------------------------------------------------------------------------------
@@ -277,9 +307,10 @@ def test_the_engines_steps_taken_to_find_out_spend_the_exploration_budget_and_st
         plans.append(real_choose(state, costs, *args, **kwargs))
         return plans[-1]
 
-    def count_saving(state, costs, drafted, size, emitted, context=None, behind=0, finding_out=False):
+    def count_saving(state, costs, drafted, size, emitted, context=None, behind=0, finding_out=False, clock_s=None):
         counted.append(finding_out)
-        return real_count(state, costs, drafted, size, emitted, context, behind, finding_out)
+        assert clock_s is not None and clock_s > 0  # the engine times every step it counts
+        return real_count(state, costs, drafted, size, emitted, context, behind, finding_out, clock_s)
 
     monkeypatch.setattr(engine, "choose", choose)
     monkeypatch.setattr(engine, "count_saving", count_saving)

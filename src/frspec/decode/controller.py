@@ -88,12 +88,17 @@ The machine's costs are a table measured once (decode/step_costs.py); the engine
 forwards, after every request and within one (decode/cost_calibration.py). A row count timed fewer than
 `CALIBRATION_SAMPLES` times is drafted, when its expected rate is within `COST_EXPLORE_LOSS` of the best, before
 the best: a wrong table entry can only flip a decision that close, and the controller would otherwise never time
-the length it wrongly avoids. The counts it goes by are those at the request's start plus its own steps', so this
-too is a function of the seed, the observations and the starting table.
+the length it wrongly avoids. Plain decoding is timed however far behind it looks (a few plain steps, which spend no
+exploration budget): every draft is weighed against it, and while only drafts are timed, rescaling holds their scale down to one row, so a table that read multi-row
+forwards too cheap keeps its drafts looking paying (replayed over the AVX2-only EPYC's int4 drafts with 2 rows and
+more 1.3x dearer than the table: MT-Bench's first question drafted 46 of 46 steps at 0.94x vanilla). The counts it
+goes by are those at the request's start plus its own steps', so this too is a function of the seed, the
+observations and the starting table.
 
 Each step taken only to find out (a probe, a draft on acceptance's upper bound alone, a timing draft) is bounded
-alone; together they may lose at most `EXPLORE_BUDGET` of the request's expected plain decoding time, counted at the
-costs net of what they saved (one that pays gives its saving back), and once they have, the request drafts only
+alone; together they may lose at most `EXPLORE_BUDGET` of the request's expected plain decoding time, counted by the
+clock where the engine times them, against plain steps at the costs, net of what they saved (one that pays gives its
+saving back), and once they have, the request drafts only
 where the estimate says drafting pays. A request that finds out on a machine where every draft loses a little then
 costs at most its drafter's prefill and that share.
 
@@ -240,8 +245,8 @@ EXPLORE_PREFILL_SHARE = 0.10
 # ~1,000 tokens to find out (code 0.972x -> 1.000x the best static row), no table's dataset lower.
 FIND_OUT_MARGIN = 1.5
 # The steps a request takes only to find out (probes, drafts on acceptance's upper bound alone, timing drafts) may
-# together lose at most this share of the request's expected plain decoding time, net of what they saved (at the
-# costs, `count_saving`); once they have, it drafts only where the estimate says drafting pays. Each such step is
+# together lose at most this share of the request's expected plain decoding time, net of what they saved (by the
+# clock against plain steps at the costs, `count_saving`); once they have, it drafts only where the estimate says drafting pays. Each such step is
 # bounded alone (EXPLORE_LOSS, COST_EXPLORE_LOSS, a probe's catch-up), their number was not. Measured (bf16 pair,
 # AVX512 EPYC, 128 greedy tokens): a run's first MT-Bench question, where every draft lost 0-14% at the costs,
 # prefilled its drafter to find out and then drafted 15 of its 115 steps (1.66 s of drafting, 0.91x vanilla, `5648e52`);
@@ -720,19 +725,24 @@ def plain_tokens_first(state: ControllerState, costs: StepCosts, prefill_tokens:
 
 
 def count_saving(state: ControllerState, costs: StepCosts, drafted: int, size: int, emitted: int,
-                 context: int | None = None, behind: int = 0, finding_out: bool = False) -> None:
+                 context: int | None = None, behind: int = 0, finding_out: bool = False,
+                 clock_s: float | None = None) -> None:
     """Add what one step saved against plain steps, at the costs the controller chose by (not the clock's: a
-    request's few seconds of noise would swamp it): `emitted` plain steps' time less the step's, a draft of
-    `drafted` tokens over `size` rows (0: a plain step, which saves nothing) at `context`, after catching the
-    drafter up over `behind` tokens. A step taken to find out (`Plan.finding_out`) spends what it lost from the
-    request's EXPLORE_BUDGET (and gives back what it saved)."""
+    request's few seconds of noise would swamp the worth carried to its kind): `emitted` plain steps' time less the
+    step's, a draft of `drafted` tokens over `size` rows (0: a plain step, which saves nothing) at `context`, after
+    catching the drafter up over `behind` tokens. A step taken to find out (`Plan.finding_out`) spends what it lost
+    from the request's EXPLORE_BUDGET (and gives back what it saved), by the clock where the step was timed
+    (`clock_s`, its target forward and drafting) against plain steps at `costs`: near break-even each such draft
+    loses a few milliseconds at the table and more by the clock, and a budget counted at the table was not spent
+    while the request lost 5-9% (int4 pair, AVX2-only EPYC, `29f4565`). Summed over a request's steps, the clock's
+    noise averages out where one step's would not."""
     context = _rounded(context)
     if drafted:
         spent = _step_time(state, costs, drafted, size, context) + costs.behind_s(behind, context)
-        saved = emitted * _step_time(state, costs, 0, state.settings.sizes[-1], context) - spent
-        state.saved_s += saved
+        plain = emitted * _step_time(state, costs, 0, state.settings.sizes[-1], context)
+        state.saved_s += plain - spent
         if finding_out:
-            state.explored_s -= saved
+            state.explored_s -= plain - (spent if clock_s is None else clock_s)
     state.counted_tokens += emitted
 
 
@@ -793,7 +803,7 @@ def choose(state: ControllerState, costs: StepCosts, remaining: int | None = Non
         return _record(state, Plan(0, s.sizes[-1]))
     depth, k = _best(options)
     exploring = state.may_explore  # else only the best estimate is drafted (EXPLORE_BUDGET)
-    untimed = _untimed(state, options, depth) if exploring else {}
+    untimed = _untimed(state, options, depth, drafts=exploring)
     if untimed:
         depth, k = _best(untimed)
         return _record(state, Plan(depth, k, timing=True))
@@ -953,15 +963,16 @@ def _outcomes(plan: Plan, accepted: int, ranks: list[int] | None) -> list[tuple[
     return counts
 
 
-def _untimed(state: ControllerState, options: dict[tuple[int, int], float], best_depth: int
+def _untimed(state: ControllerState, options: dict[tuple[int, int], float], best_depth: int, drafts: bool = True
              ) -> dict[tuple[int, int], float]:
     """The options of another length than the best whose row count the costs have too few timed forwards of, and
-    whose expected rate is within COST_EXPLORE_LOSS of the best (module docstring)."""
+    which decode plainly (at any rate: they spend no exploration budget) or, where `drafts`, draft at an expected
+    rate within COST_EXPLORE_LOSS of the best (module docstring)."""
     if state.timed_rows is None:
         return {}
     best = max(options.values())
     return {(d, k): rate for (d, k), rate in options.items()
-            if d != best_depth and rate >= (1.0 - COST_EXPLORE_LOSS) * best
+            if d != best_depth and (d == 0 or (drafts and rate >= (1.0 - COST_EXPLORE_LOSS) * best))
             and state.timed_rows.get(target_rows(state.settings, d), 0) < CALIBRATION_SAMPLES}
 
 

@@ -34,8 +34,9 @@ also drafts, now and then, a length whose row count has fewer than `CALIBRATION_
 expected rate is within `COST_EXPLORE_LOSS` of the best (controller.py, `choose`): a decision that close is the
 only kind a wrong entry can flip, and it costs at most that share of those few steps, once per generator (once per
 machine and pair where the timings are kept). An entry wrong by more than that share in the direction that makes its
-option look worse stays wrong: measured from a stale int4 table, the one-row forward (plain decoding) was never timed
-(docs/benchmarks.md, `39d2f0e`).
+option look worse stays wrong, except plain decoding's: the controller times the one-row forward however far behind
+it looks, since every draft is weighed against it (measured from a stale int4 table, it was never timed,
+docs/benchmarks.md, `39d2f0e`; and where only drafts are timed, their scale holds down to one row).
 """
 
 from __future__ import annotations

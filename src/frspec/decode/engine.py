@@ -427,7 +427,8 @@ class SpeculativeGenerator:
                 inside = vocab.ranks(torch.arange(vocab.vocab_size)) < plan.size
             expected, drawn = chain_acceptance(step.tree, step.target_logits, step.path, state.sampling, inside)
         observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks, expected, drawn)
-        count_saving(control, costs, step.drafted_depth, plan.size, len(step.tokens), context, behind, plan.finding_out)
+        count_saving(control, costs, step.drafted_depth, plan.size, len(step.tokens), context, behind, plan.finding_out,
+                     step.target_time_s + self.drafter.time_s - drafting_before)
         stats.record_choice(step.drafted_depth, plan.size)
         return step
 
