@@ -41,8 +41,8 @@ import sys
 import torch
 
 from frspec.decode import controller
-from frspec.decode.answer_lengths import add_answer, expected_tokens
 from frspec.decode import cost_calibration as calibration
+from frspec.decode.answer_lengths import add_answer, expected_tokens
 from frspec.decode.cost_calibration import StepTimings, recalibrated
 from frspec.decode.step_costs import StepCosts
 
@@ -115,11 +115,11 @@ class Replay:
     def time(self, timed: StepTimings, depth: int, k: int, context: int, behind: int) -> None:
         """Time a step as the engine does: its target forward, and its drafting where it drafted."""
         rows = controller.target_rows(self.settings, depth)
-        timed.add_target(rows, context, self.truth.target(rows, timed._context(context)))
+        timed.add_target(rows, context, self.truth.target(rows, context))
         if depth:
-            shape, at = controller.step_shape(self.settings, depth), timed._context(context)
-            timed.add_draft(shape, k, context, behind, self.truth.draft_time_s(shape, k, at)
-                            + self.truth.behind_s(behind, at))
+            shape = controller.step_shape(self.settings, depth)
+            timed.add_draft(shape, k, context, behind, self.truth.draft_time_s(shape, k, context)
+                            + self.truth.behind_s(behind, context))
 
     def step_s(self, depth: int, k: int, context: int, behind: int = 0) -> float:
         context = controller._rounded(context)

@@ -88,19 +88,18 @@ The machine's costs are a table measured once (decode/step_costs.py); the engine
 forwards, after every request and within one (decode/cost_calibration.py). A row count timed fewer than
 `CALIBRATION_SAMPLES` times is drafted, when its expected rate is within `COST_EXPLORE_LOSS` of the best, before
 the best: a wrong table entry can only flip a decision that close, and the controller would otherwise never time
-the length it wrongly avoids. Plain decoding is timed however far behind it looks (a few plain steps, which spend no
-exploration budget): every draft is weighed against it, and while only drafts are timed, rescaling holds their scale down to one row, so a table that read multi-row
-forwards too cheap keeps its drafts looking paying (replayed over the AVX2-only EPYC's int4 drafts with 2 rows and
-more 1.3x dearer than the table: MT-Bench's first question drafted 46 of 46 steps at 0.94x vanilla). The counts it
-goes by are those at the request's start plus its own steps', so this too is a function of the seed, the
-observations and the starting table.
+the length it wrongly avoids. Plain decoding is timed however far behind it looks (a few plain steps, which spend
+no exploration budget): every draft is weighed against it, and while only drafts are timed, rescaling holds their
+scale down to one row, so a table that read multi-row forwards too cheap keeps its drafts looking paying (replayed
+over the AVX2-only EPYC's int4 drafts with 2 rows and more 1.3x dearer than the table: MT-Bench's first question
+drafted 46 of 46 steps at 0.94x vanilla). The counts it goes by are those at the request's start plus its own
+steps', so this too is a function of the seed, the observations and the starting table.
 
 Each step taken only to find out (a probe, a draft on acceptance's upper bound alone, a timing draft) is bounded
 alone; together they may lose at most `EXPLORE_BUDGET` of the request's expected plain decoding time, counted by the
 clock where the engine times them, against plain steps at the costs, net of what they saved (one that pays gives its
-saving back), and once they have, the request drafts only
-where the estimate says drafting pays. A request that finds out on a machine where every draft loses a little then
-costs at most its drafter's prefill and that share.
+saving back), and once they have, the request drafts only where the estimate says drafting pays. A request that
+finds out on a machine where every draft loses a little then costs at most its drafter's prefill and that share.
 
 A chain chosen this way may run longer than the best fixed length, and stops where the drafter's own confidence says
 the next draft will not pay (`chain_rule`): after each drafted token the drafter reports the draft distribution's
@@ -245,12 +244,13 @@ EXPLORE_PREFILL_SHARE = 0.10
 # ~1,000 tokens to find out (code 0.972x -> 1.000x the best static row), no table's dataset lower.
 FIND_OUT_MARGIN = 1.5
 # The steps a request takes only to find out (probes, drafts on acceptance's upper bound alone, timing drafts) may
-# together lose at most this share of the request's expected plain decoding time, net of what they saved (by the
-# clock against plain steps at the costs, `count_saving`); once they have, it drafts only where the estimate says drafting pays. Each such step is
-# bounded alone (EXPLORE_LOSS, COST_EXPLORE_LOSS, a probe's catch-up), their number was not. Measured (bf16 pair,
-# AVX512 EPYC, 128 greedy tokens): a run's first MT-Bench question, where every draft lost 0-14% at the costs,
-# prefilled its drafter to find out and then drafted 15 of its 115 steps (1.66 s of drafting, 0.91x vanilla, `5648e52`);
-# in another run 5 probes and their catch-ups took 0.57 s of drafting. 3% of a 128-token answer's 17 s is 0.5 s.
+# together lose at most this share of the request's expected plain decoding time, net of what they saved (by the clock
+# against plain steps at the costs, `count_saving`); once they have, it drafts only where the estimate says drafting
+# pays. Each such step is bounded alone (EXPLORE_LOSS, COST_EXPLORE_LOSS, a probe's catch-up), their number was not.
+# Measured (bf16 pair, AVX512 EPYC, 128 greedy tokens): a run's first MT-Bench question, where every draft lost 0-14% at
+# the costs, prefilled its drafter to find out and then drafted 15 of its 115 steps (1.66 s of drafting, 0.91x vanilla,
+# `5648e52`); in another run 5 probes and their catch-ups took 0.57 s of drafting. 3% of a 128-token answer's 17 s is
+# 0.5 s.
 EXPLORE_BUDGET = 0.03
 # A later request of a kind, whose carried drafts are enough to go by, differs from them all the same: MT-Bench's
 # questions (bf16 pair, AVX512 EPYC, 128 greedy tokens, static chains of 3 at 32k) ran 0.83-1.43x vanilla one by one,
