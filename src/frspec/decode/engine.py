@@ -411,6 +411,7 @@ class SpeculativeGenerator:
         shape = None if plan.depth == 0 else (self.controller.shape or TreeShape.chain(plan.drafts))
         keep = chain_rule(control, costs, plan, context) if shape is not None and shape.kind == "chain" else None
         step = decode_step(self.target, self.drafter, state, shape, self.hidden_layers, remaining, keep)
+        drafting_s = self.drafter.time_s - drafting_before
         if timed is not None and step.drafted_depth:
             # Timed against the table at the context the drafter ran at. A windowed drafter's shorter cache makes its
             # forwards cheaper than the table's at the target's context; read as a fast drafter, that ratio scaled
@@ -418,7 +419,7 @@ class SpeculativeGenerator:
             # after a windowed request, and a 4,117-token prefill, 11.5 s in the table, estimated at 7.4 s; it took
             # 13.8 s).
             timed.add_draft(step_shape(self.controller, step.drafted_depth), plan.size, context - self.drafter.skipped,
-                            behind, self.drafter.time_s - drafting_before)
+                            behind, drafting_s)
         ranks = vocab.ranks(step.tokens).tolist() if isinstance(vocab, RankedVocab) else None
         expected = drawn = None
         if step.drafted_depth:
@@ -428,7 +429,7 @@ class SpeculativeGenerator:
             expected, drawn = chain_acceptance(step.tree, step.target_logits, step.path, state.sampling, inside)
         observe(control, Plan(step.drafted_depth, plan.size, plan.probe), step.accepted, ranks, expected, drawn)
         count_saving(control, costs, step.drafted_depth, plan.size, len(step.tokens), context, behind, plan.finding_out,
-                     step.target_time_s + self.drafter.time_s - drafting_before)
+                     step.target_time_s + drafting_s)
         stats.record_choice(step.drafted_depth, plan.size)
         return step
 
