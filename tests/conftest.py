@@ -30,6 +30,14 @@ def _isolate_step_costs() -> None:
 _isolate_step_costs()
 
 
+@pytest.fixture(autouse=True)
+def _nothing_carried():
+    """Every test's generators start from nothing learnt: what an earlier test's requests taught the controller is
+    kept beside the session's step costs (decode/carried_state.py) and would make a test's outcome depend on the
+    order tests ran in."""
+    shutil.rmtree(Path(os.environ["FRSPEC_CACHE"]) / "step_costs" / "carried", ignore_errors=True)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     """Tiny test models run fastest, and least disturbed by other processes' load, on one thread."""

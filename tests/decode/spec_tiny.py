@@ -108,3 +108,12 @@ def save_tiny_pair(root, model_type: str = "llama", vocab_size: int | None = Non
         tiny_lm(model_type, vocab, seed=seed, dtype=torch.float32).save_pretrained(root / name)
         tok.save_pretrained(root / name)
     return vocab
+
+
+def named_tiny_pair() -> tuple[torch.nn.Module, torch.nn.Module]:
+    """A tiny fp32 qwen2 target (seed 0) and drafter (seed 1) over 256 ids, named so that their step costs, timings
+    and carried state are cached under FRSPEC_CACHE like real ones'."""
+    target = tiny_lm("qwen2", 256, seed=0, dtype=torch.float32)
+    draft = tiny_lm("qwen2", 256, hidden=32, seed=1, dtype=torch.float32)
+    target.config._name_or_path, draft.config._name_or_path = "tiny-target", "tiny-draft"
+    return target, draft

@@ -7,7 +7,6 @@ import json
 from dataclasses import replace
 
 import pytest
-import torch
 
 from frspec.decode import cost_measure
 from frspec.decode.controller import (
@@ -24,7 +23,7 @@ from frspec.decode.sampling import SamplingParams
 from frspec.decode.step_costs import StepCosts
 from frspec.errors import FrspecError
 from frspec.vocab.token_map import TokenMap
-from tests.decode.spec_tiny import tiny_lm
+from tests.decode.spec_tiny import named_tiny_pair
 
 V = 1000
 
@@ -241,17 +240,9 @@ def test_plain_decoding_is_timed_where_only_drafts_were_so_a_table_too_cheap_at_
 _RANKING = TokenMap(list(range(255, -1, -1))[:128], 256)
 
 
-def _tiny_pair() -> tuple[torch.nn.Module, torch.nn.Module]:
-    """A tiny fp32 target and drafter, named so their costs are cached under FRSPEC_CACHE like real ones'."""
-    target = tiny_lm("qwen2", 256, seed=0, dtype=torch.float32)
-    draft = tiny_lm("qwen2", 256, hidden=32, seed=1, dtype=torch.float32)
-    target.config._name_or_path, draft.config._name_or_path = "tiny-target", "tiny-draft"
-    return target, draft
-
-
 def test_the_engine_recalibrates_between_requests_keeps_the_timings_and_stays_lossless(tmp_path, monkeypatch):
     monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
-    target, draft = _tiny_pair()
+    target, draft = named_tiny_pair()
     prompts = [list(range(3, 3 + n)) for n in (5, 9, 14, 20)]
     greedy = SamplingParams()
     vanilla = build_generator(target)
@@ -299,7 +290,7 @@ def test_the_engines_steps_taken_to_find_out_spend_the_exploration_budget_and_st
     monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
     import frspec.decode.controller as controller
     import frspec.decode.engine as engine
-    target, draft = _tiny_pair()
+    target, draft = named_tiny_pair()
     prompt, greedy, ref = _vanilla_answer(target)
     plans, counted = [], []
     real_choose, real_count = engine.choose, engine.count_saving
@@ -340,7 +331,7 @@ def test_the_engines_steps_taken_to_find_out_spend_the_exploration_budget_and_st
 def test_the_engine_rescales_within_a_request_and_stays_lossless(tmp_path, monkeypatch):
     monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
     import frspec.decode.engine as engine
-    target, draft = _tiny_pair()
+    target, draft = named_tiny_pair()
     prompt, greedy, ref = _vanilla_answer(target)
     # A table whose one-row forward reads 4x what it costs: drafting pays by it, so the controller drafts.
     auto = build_generator(target, draft, _RANKING)
@@ -373,7 +364,7 @@ def test_the_engine_rescales_within_a_request_and_stays_lossless(tmp_path, monke
 
 def test_a_cached_table_the_timed_forwards_ran_far_off_is_measured_again(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("FRSPEC_CACHE", str(tmp_path))
-    target, draft = _tiny_pair()
+    target, draft = named_tiny_pair()
     tables = iter([_table({1: 1.0, 2: 1.0}), _table({1: 0.5, 2: 0.5})])
     monkeypatch.setattr(cost_measure, "measure_step_costs", lambda *a, **k: next(tables))
     drafter = DraftModelDrafter(draft)

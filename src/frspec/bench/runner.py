@@ -10,7 +10,9 @@ Fairness rules, so that differences in the table come from the methods and not f
     round too) and each method keeps its run of median decode time on that prompt: a VM's timings drift 10-20%
     within minutes (two runs of one prompt making the same choices measured 4.4 and 5.4 tokens/s), and one slow
     spell then moves a method's median, not its total. Every round of a prompt starts from what the controller
-    carried from the prompts before it, not from what the prompt's own earlier rounds left;
+    carried from the prompts before it, not from what the prompt's own earlier rounds left; and a run's first prompt
+    starts from nothing learnt (not from what `frspec generate` calls or an earlier run on the same prompts kept,
+    decode/carried_state.py), as a new user's first request does;
   - quantized rows (int4/int8 copies of the target and draft) and the llama.cpp peer row are interleaved with the
     others in the same loop, so every row sees the same prompts and the same machine.
 """
@@ -126,12 +128,13 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
             drafter = drafters[ranked_key]
             if m.auto:
                 # tree None (a draft model's auto row): the controller chooses the length too.
+                # A run starts from nothing learnt: not from what an earlier run learnt on the same prompts.
                 generators[m] = build_generator(m_target, draft=drafter, token_map_size="auto", tokenizer=tokenizer,
-                                                tree=m.tree)
+                                                tree=m.tree, carry_between_processes=False)
             else:
                 size = m.token_map_size if m.token_map_size is not None else drafter.vocab.full_size
                 generators[m] = build_generator(m_target, draft=drafter, tokenizer=tokenizer, tree=m.tree,
-                                                token_map_size=size)
+                                                token_map_size=size, carry_between_processes=False)
             continue
         key = (m.uses_eagle, m.token_map_size, m.context_rows, m.context_budget, m.quant)
         if key not in drafters:
@@ -143,7 +146,8 @@ def _build_generators(methods, target, draft, eagle, tokenizer, token_maps: dict
                 context_rows=m.context_rows or 0, context_budget=m.context_budget or "fixed",
                 head_quant=head_quant,
             )
-        generators[m] = build_generator(m_target, draft=drafters[key], tokenizer=tokenizer, tree=m.tree)
+        generators[m] = build_generator(m_target, draft=drafters[key], tokenizer=tokenizer, tree=m.tree,
+                                        carry_between_processes=False)
     return generators
 
 

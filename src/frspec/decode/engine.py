@@ -14,6 +14,7 @@ import torch
 
 from frspec.decode.acceptance import chain_acceptance
 from frspec.decode.answer_lengths import AnswerLengths, add_answer, expected_tokens
+from frspec.decode.carried_state import CarriedStore
 from frspec.decode.controller import (
     PROMPT_WINDOW, CarriedWorth, ConfidenceBins, ControllerSettings, ControllerState, Plan, carried_confidence,
     carry_worth, chain_rule, choose, count_saving, drafter_prefill_tokens, new_request, observe, observe_prompt,
@@ -71,7 +72,8 @@ class SpeculativeGenerator:
     one every RESCALE_EVERY timed forwards, from the forwards this generator timed (decode/cost_calibration.py):
     `costs` is the table the next request starts from, `measured_costs` the one given. `timings`: forwards timed
     against `costs` before (decode/cost_measure.py returns those kept beside cached costs), written back to their
-    `path` after every request.
+    `path` after every request. `carried`: where what the requests carry to the next ones (confidence bins, worth,
+    answer lengths) is kept between processes (decode/carried_state.py): loaded here, written after every request.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class SpeculativeGenerator:
         costs: StepCosts | None = None,
         map_size: int | None = None,
         timings: StepTimings | None = None,
+        carried: CarriedStore | None = None,
     ):
         self.target = target
         self.drafter = drafter
@@ -154,6 +157,9 @@ class SpeculativeGenerator:
         # How long the answers of those same kinds of request ran, for the tokens a request is expected to emit
         # (decode/answer_lengths.py), which its drafter's prefill is weighed over.
         self.lengths: dict[tuple, AnswerLengths] = {}
+        self.carried_store = carried if controller is not None else None
+        if self.carried_store is not None:
+            self.carry_from(self.carried_store.load())
 
     def carried(self) -> tuple[dict, dict, dict]:
         """What this generator's requests carry to its next ones (confidence bins, worth, answer lengths), as a copy
@@ -305,6 +311,8 @@ class SpeculativeGenerator:
             window = _window_key(kind)  # aged by every request of the kind, counted from those read through one
             self.worth[window] = carry_worth(self.worth.get(window), control, 0 < drafter_prompt and not whole)
             self.lengths[kind] = add_answer(self.lengths.get(kind), len(generated), finish == "length")
+            if self.carried_store is not None:
+                self.carried_store.save(self.carried())
         stats.tokens = len(generated)
         stats.decode_tokens = max(len(generated) - 1, 0)
         if stream:

@@ -7,6 +7,7 @@ import os
 import torch
 
 from frspec.decode.controller import ControllerSettings, default_map_sizes
+from frspec.decode.carried_state import CarriedStore, carried_path, carried_tag
 from frspec.decode.cost_measure import cached_step_costs
 from frspec.decode.draft_model import DraftModelDrafter
 from frspec.decode.drafter import Drafter, check_token_map
@@ -86,6 +87,7 @@ def build_generator(
     costs: StepCosts | None = None,
     draft_head_quant: str | None = None,
     recalibrate_costs: bool = True,
+    carry_between_processes: bool = True,
 ) -> SpeculativeGenerator:
     """A generator for the usual methods: vanilla (no draft), draft model, or draft model + FR-Spec token map;
     or an EAGLE or MTP head (a loaded head, or a directory / hub id to load one from), + FR-Spec on the head with a
@@ -110,7 +112,10 @@ def build_generator(
     machine and model pair and cached (decode/cost_measure.py). With `recalibrate_costs` (the default) the
     generator rescales them, after and within requests, from the forwards it times (decode/cost_calibration.py),
     and keeps those timings beside cached costs for the next process; False decides every request by `costs` as
-    given (e.g. made-up costs in a test).
+    given (e.g. made-up costs in a test). With `carry_between_processes` (the default) what requests teach the
+    controller (acceptance, worth, answer lengths per kind of request) is kept beside cached costs too, so one
+    `frspec generate` call goes on from the last (decode/carried_state.py); the bench turns it off, so that a run
+    does not start from what an earlier run learnt on the same prompts.
     """
     shape = _shape(num_spec_tokens, tree)
     # Vanilla with num_spec_tokens (its length checked by _shape): nothing drafts it, so one call site can serve
@@ -153,10 +158,14 @@ def build_generator(
                                       stop_early=False)
     if isinstance(vocab, RankedVocab):
         vocab.set_context_floor(settings.sizes[0])  # context rows for tokens beyond the smallest map only
-    timings = None
+    timings = carried = None
     if costs is None:
         costs, timings = cached_step_costs(target, drafter, settings.sizes, _max_rows(settings), settings.shape)
-    return SpeculativeGenerator(target, drafter, tokenizer, controller=settings, costs=costs, timings=timings)
+        if carry_between_processes and timings is not None and timings.path is not None:
+            # Kept beside the timings: what earlier processes' requests taught the controller (carried_state.py).
+            carried = CarriedStore(carried_path(timings.path), carried_tag(settings, vocab))
+    return SpeculativeGenerator(target, drafter, tokenizer, controller=settings, costs=costs, timings=timings,
+                                carried=carried)
 
 
 def _shape(num_spec_tokens: int | str | None, tree: TreeShape | None) -> TreeShape | None:
