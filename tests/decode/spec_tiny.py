@@ -8,6 +8,8 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from frspec.vocab.token_map import TokenMap
+
 SPECIALS = ["<unk>", "<eos>", "<|im_start|>", "<|im_end|>"]
 CHARS = "abcdefghijklmnopqrstuvwxyz .,!?\n0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 CHAT_TEMPLATE = (
@@ -117,3 +119,8 @@ def named_tiny_pair() -> tuple[torch.nn.Module, torch.nn.Module]:
     draft = tiny_lm("qwen2", 256, hidden=32, seed=1, dtype=torch.float32)
     target.config._name_or_path, draft.config._name_or_path = "tiny-target", "tiny-draft"
     return target, draft
+
+
+def named_pair_ranking() -> TokenMap:
+    """A frequency ranking for the named tiny pair: its 128 highest ids, highest first."""
+    return TokenMap(list(range(255, -1, -1))[:128], 256)

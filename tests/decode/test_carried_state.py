@@ -10,9 +10,9 @@ from frspec.decode.answer_lengths import AnswerLengths
 from frspec.decode.factory import build_generator
 from frspec.decode.sampling import SamplingParams
 from frspec.vocab.token_map import TokenMap
-from tests.decode.spec_tiny import named_tiny_pair
+from tests.decode.spec_tiny import named_pair_ranking, named_tiny_pair
 
-_RANKING = TokenMap(list(range(255, -1, -1))[:128], 256)
+_RANKING = named_pair_ranking()
 
 
 def test_a_new_generator_starts_from_what_the_last_ones_requests_carried(tmp_path, monkeypatch):

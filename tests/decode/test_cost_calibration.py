@@ -22,8 +22,7 @@ from frspec.decode.factory import build_generator
 from frspec.decode.sampling import SamplingParams
 from frspec.decode.step_costs import StepCosts
 from frspec.errors import FrspecError
-from frspec.vocab.token_map import TokenMap
-from tests.decode.spec_tiny import named_tiny_pair
+from tests.decode.spec_tiny import named_pair_ranking, named_tiny_pair
 
 V = 1000
 
@@ -237,7 +236,7 @@ def test_plain_decoding_is_timed_where_only_drafts_were_so_a_table_too_cheap_at_
 
 # -- the engine ---------------------------------------------------------------------------------------------------
 
-_RANKING = TokenMap(list(range(255, -1, -1))[:128], 256)
+_RANKING = named_pair_ranking()
 
 
 def test_the_engine_recalibrates_between_requests_keeps_the_timings_and_stays_lossless(tmp_path, monkeypatch):

@@ -49,9 +49,9 @@ class CarriedStore:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             if data.get("tag") != self.tag:
                 return {}, {}, {}
-            confidence = {_key(k): (list(map(float, a)), list(map(float, n))) for k, (a, n) in data["confidence"]}
-            worth = {_key(k): CarriedWorth(**{f: float(x) for f, x in w.items()}) for k, w in data["worth"]}
-            lengths = {_key(k): AnswerLengths(tuple((int(t), bool(c)) for t, c in a)) for k, a in data["lengths"]}
+            confidence = {tuple(k): (list(map(float, a)), list(map(float, n))) for k, (a, n) in data["confidence"]}
+            worth = {tuple(k): CarriedWorth(**{f: float(x) for f, x in w.items()}) for k, w in data["worth"]}
+            lengths = {tuple(k): AnswerLengths(tuple((int(t), bool(c)) for t, c in a)) for k, a in data["lengths"]}
             return confidence, worth, lengths
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}, {}, {}
@@ -85,7 +85,3 @@ def carried_path(timings_file: Path) -> Path:
     """Where the state carried with the timings at `timings_file` is kept: under the same name in a `carried` folder
     beside their `timings` one."""
     return timings_file.parent.parent / "carried" / timings_file.name
-
-
-def _key(items: Any) -> tuple:
-    return tuple(items)

@@ -219,13 +219,16 @@ def measure_step_costs(target: torch.nn.Module, drafter: Drafter, sizes: Sequenc
     # Every row count at the shortest context; at the longer ones 1, 2, the middle and the most (in between, the
     # shortest context's shape: step_costs.interpolate_like), which keeps the one-time measurement short.
     later = sorted({1, min(2, max_rows), (max_rows + 1) // 2, max_rows})
-    target_by_context = measure_row_costs_by_context(target, rows, contexts, repeats=3, warmup=1,
-                                                     later_rows=later)
+
+    def measure_target() -> dict[int, dict[int, float]]:
+        return measure_row_costs_by_context(target, rows, contexts, repeats=3, warmup=1, later_rows=later)
+
+    target_by_context = measure_target()
     if stalled_one_row(target_by_context):
         # A stall only adds time: measured again, each entry the faster of the two readings.
         log.info("the target's one-row forward read at %.1fx or more its two-row one (another process's load): "
                  "measuring it again", ONE_ROW_STALL)
-        again = measure_row_costs_by_context(target, rows, contexts, repeats=3, warmup=1, later_rows=later)
+        again = measure_target()
         target_by_context = {c: {n: min(t, again[c][n]) for n, t in by_rows.items()}
                              for c, by_rows in target_by_context.items()}
     vocab = drafter.vocab
