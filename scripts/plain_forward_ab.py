@@ -1,14 +1,19 @@
 """Are a target's plain forwards slower in a request whose drafter was prefilled (the controlled path choosing
-depth 0 every step) than in vanilla, or in a request that decodes plainly from the start? The three run
-interleaved on one MT-Bench question, greedy (so all three emit the same tokens); medians of the mean forward.
+depth 0 every step) than in vanilla, or in a request that decodes plainly from the start, or in one that drafted
+its first steps (one draft each, `DRAFTED_STEPS` of them) and then decoded plainly, as a kind's first request that
+finds out does? The four run interleaved on one MT-Bench question, greedy (the same tokens where rows round alike);
+medians of the mean one-row forward (each target call timed by hooks; "drafted" counts only its one-row calls).
 
     PYTHONPATH=src .venv/bin/python scripts/plain_forward_ab.py [int4|int8|bf16] [new tokens, 128] [rounds, 5]
 
 Measured on the 2-core AVX-512 EPYC, int4 pair, 128 tokens, 5 rounds (docs/benchmarks.md, "Costs rescaled within a
-request"): vanilla 66.6 ms, plain from the start 1.024x, prefilled then plain 1.012x.
+request"): vanilla 66.6 ms, plain from the start 1.024x, prefilled then plain 1.012x. On the 2-core AVX2-only
+EPYC, int4 pair, 96 tokens, 4 rounds (5015c21; each request's forwards 154-187 ms): vanilla 179.8 ms, plain 0.991x,
+prefilled 1.015x, drafted 1.016x (its verified two-row forwards round apart, so its greedy text may differ).
 """
 import statistics
 import sys
+import time
 
 import frspec.decode.engine as engine
 from frspec.decode.controller import Plan
@@ -40,17 +45,31 @@ if not isinstance(ids, list):
 
 # "plain": the drafter is never prefilled (the request decodes plainly from the start, as `_plain_step`);
 # "prefilled": the drafter reads the whole prompt, and the controlled step is taken with depth 0 every time.
-MODE = {"m": None}
+# "drafted": as "prefilled", but its first DRAFTED_STEPS controlled steps draft one token each.
+DRAFTED_STEPS = 8
+MODE = {"m": None, "steps": 0}
 real_choose = engine.choose
 
 
 def choose(state, costs, *a, **k):
     plan = real_choose(state, costs, *a, **k)
-    return Plan(0, plan.size) if MODE["m"] == "prefilled" else plan
+    MODE["steps"] += 1
+    if MODE["m"] == "drafted" and MODE["steps"] <= DRAFTED_STEPS:
+        return Plan(1, plan.size)
+    return Plan(0, plan.size) if MODE["m"] in ("prefilled", "drafted") else plan
 
 
 def drafter_prompt(self, control, prompt_tokens, *a, **k):
-    return prompt_tokens if MODE["m"] == "prefilled" else 0
+    return prompt_tokens if MODE["m"] in ("prefilled", "drafted") else 0
+
+
+# Every target call timed: (rows, seconds).
+CALLS = []
+CLOCK = {}
+target.register_forward_pre_hook(lambda mod, args, kw: CLOCK.__setitem__("t", time.perf_counter()), with_kwargs=True)
+target.register_forward_hook(
+    lambda mod, args, kw, out: CALLS.append(((kw.get("input_ids") if "input_ids" in kw else args[0]).shape[-1],
+                                             time.perf_counter() - CLOCK["t"])), with_kwargs=True)
 
 
 engine.choose = choose
@@ -59,20 +78,21 @@ greedy = SamplingParams()
 
 
 def run(name):
-    MODE["m"] = name
+    MODE["m"], MODE["steps"] = name, 0
+    CALLS.clear()
     g = van if name == "vanilla" else auto
     out = g.generate(input_ids=ids, max_new_tokens=N, eos_token_ids=[], sampling=greedy)
-    s = out.stats
-    return s.target_time_s / s.target_forwards, s, out.token_ids
+    one_row = [t for rows, t in CALLS if rows == 1]
+    return statistics.mean(one_row), out.stats, out.token_ids
 
 
-names = ["vanilla", "plain", "prefilled"]
+names = ["vanilla", "plain", "prefilled", "drafted"]
 for n in names:  # warm-up
     run(n)
 res = {n: [] for n in names}
 toks = {}
 for r in range(ROUNDS):
-    for n in names[r % 3:] + names[:r % 3]:  # the starting mode rotates
+    for n in names[r % len(names):] + names[:r % len(names)]:  # the starting mode rotates
         f, s, t = run(n)
         res[n].append(f)
         toks[n] = t
@@ -81,4 +101,4 @@ for r in range(ROUNDS):
 for n in names:
     ratio = statistics.median(a / b for a, b in zip(res[n], res["vanilla"]))
     print(n, "median %.1f ms" % (1000 * statistics.median(res[n])), "ratio to vanilla %.3f" % ratio)
-print("same tokens", toks["plain"] == toks["vanilla"] == toks["prefilled"])
+print("tokens other than vanilla's:", [n for n in names if toks[n] != toks["vanilla"]] or "none")
