@@ -29,7 +29,7 @@ import platform
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
