@@ -43,7 +43,7 @@ def is_hybrid(model: torch.nn.Module) -> bool:
 
 
 def check_hybrid_tree_support(model: torch.nn.Module, what: str = "the target") -> None:
-    """Trees on a hybrid target: its attention layers must apply a 4D mask as given (eager or sdpa)."""
+    """Trees on a hybrid target: its attention layers must apply a 4D mask as given (ARBITRARY_MASK_ATTENTION)."""
     impl = getattr(model.config, "_attn_implementation", None)
     if impl is not None and impl not in ARBITRARY_MASK_ATTENTION:
         raise FrspecError(f"token trees need eager or sdpa attention, but {what} uses {impl!r}")

@@ -181,5 +181,5 @@ def expansion_inputs(
 
 def check_tree_support(model, what: str = "the model") -> None:
     """Refuse models that cannot read a tree in one forward (see models/attention.py): every layer must be full or
-    sliding-window attention, run by an implementation that applies a 4D mask as given (eager or sdpa)."""
+    sliding-window attention, run by an implementation that applies a 4D mask as given (eager, sdpa, packed sdpa)."""
     check_arbitrary_masks(model.config, what)

@@ -14,9 +14,10 @@ from __future__ import annotations
 import torch
 
 from frspec.errors import FrspecError
+from frspec.models.packed_attention import PACKED_SDPA
 
 # Attention implementations that apply an arbitrary additive 4D float mask exactly as given.
-ARBITRARY_MASK_ATTENTION = ("eager", "sdpa")
+ARBITRARY_MASK_ATTENTION = ("eager", "sdpa", PACKED_SDPA)
 # Layer kinds a tree mask can be given to: full attention, and sliding windows through their own mask (layer_masks).
 TREE_LAYER_KINDS = {"full_attention", "sliding_attention"}
 
@@ -43,7 +44,7 @@ def _text_config(config):
 def check_arbitrary_masks(config, what: str = "the model") -> None:
     """Refuse models whose layers cannot all take an arbitrary 4D mask: non-full attention layers (sliding window,
     linear attention), whose caches and masks are not the tree's, and attention implementations other than
-    eager/sdpa (ARBITRARY_MASK_ATTENTION), which do not apply a given mask."""
+    eager, sdpa and sdpa with packed heads (ARBITRARY_MASK_ATTENTION), which do not apply a given mask."""
     config = _text_config(config)
     if getattr(config, "layer_types", None) is None and getattr(config, "sliding_window", None) is not None:
         # Mistral-style: a window on every layer, applied through the causal mask a given tree mask replaces.

@@ -26,6 +26,7 @@ from torch import nn
 from transformers import LlamaConfig, PreTrainedModel, Qwen2Config
 
 from frspec.errors import FrspecError
+from frspec.models.attention import ARBITRARY_MASK_ATTENTION
 from frspec.models.eagle import Eagle2Head, Eagle3Head, EagleHead
 from frspec.models.loading import vocab_size_of
 
@@ -250,7 +251,7 @@ def _layer_config(config: dict, target, family, hidden: int, num_layers: int, st
     except (TypeError, ValueError) as e:
         raise FrspecError(f"cannot read the EAGLE head's config: {e}") from e
     attn = getattr(target.config, "_attn_implementation", None)
-    layer_config._attn_implementation = attn if attn in ("eager", "sdpa") else "sdpa"
+    layer_config._attn_implementation = attn if attn in ARBITRARY_MASK_ATTENTION else "sdpa"
     return layer_config
 
 

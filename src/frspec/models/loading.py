@@ -21,6 +21,7 @@ from frspec.models.cache import gguf_entry
 from frspec.models.defaults import DEFAULT_MODELS, prepare_default_models
 from frspec.models.dtypes import DTYPE_NAMES, DTYPES, HALF_DTYPES, dtype_name, parse_dtype  # noqa: F401 (re-exported)
 from frspec.models.mtp import builtin_config
+from frspec.models.packed_attention import use_packed_attention
 from frspec.models.wide_linear import use_wide_linears
 
 
@@ -91,7 +92,8 @@ def load_model(
     quant: "int4" or "int8" runs the linear layers (with `quantize_head`, the LM head too) on PyTorch's weight-only
     kernels, converting a GGUF's 4-bit blocks directly (models/quant_loading.py); dtype is then the activations'.
     A bf16/fp16 model on CPU computes its wide calls (a prefill) through fp32 where this machine's half-precision
-    GEMM is the slower one (models/wide_linear.py).
+    GEMM is the slower one (models/wide_linear.py), and a CPU model's grouped-query attention over a few query rows
+    packs the heads that share a key/value head into rows (models/packed_attention.py).
     """
     from frspec.models.quant import parse_quant
 
@@ -103,6 +105,7 @@ def load_model(
     model.eval()
     model.requires_grad_(False)
     use_wide_linears(model)  # a half-precision CPU model's wide calls through fp32 where that is faster
+    use_packed_attention(model)  # a CPU model's grouped-query attention over a few rows without copying the cache
     if quant is not None:
         from frspec.models.quant_loading import quantize_loaded
 
