@@ -59,12 +59,17 @@ def test_packed_is_the_same_attention(groups, rows, mask_kind):
     torch.testing.assert_close(out, plain, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("case", ["wide", "rows-without-mask", "dropout", "one-head-per-group"])
+@pytest.mark.parametrize("case", ["wide", "rows-without-mask", "dropout", "one-head-per-group", "mask-per-head",
+                                  "mask-broadcast-over-rows"])
 def test_calls_it_cannot_pack_go_to_transformers(monkeypatch, case):
     rows = {"wide": PACKED_ROWS + 1, "rows-without-mask": 3}.get(case, 2)
     groups = 1 if case == "one-head-per-group" else 2
     query, key, value = torch.randn(1, 2 * groups, rows, 4), torch.randn(1, 2, rows, 4), torch.randn(1, 2, rows, 4)
     mask = None if case == "rows-without-mask" else torch.ones(1, 1, rows, rows, dtype=torch.bool).tril()
+    if case == "mask-per-head":
+        mask = mask.expand(1, 2 * groups, rows, rows)
+    if case == "mask-broadcast-over-rows":
+        mask = torch.ones(1, 1, 1, rows, dtype=torch.bool)
     seen = []
     monkeypatch.setattr("transformers.integrations.sdpa_attention.sdpa_attention_forward",
                         lambda *a, **k: seen.append(k) or ("delegated", None))

@@ -57,7 +57,8 @@ def packed_sdpa_forward(module: torch.nn.Module, query: torch.Tensor, key: torch
         and dropout == 0.0
         # A query of several rows without a mask would be causal in SDPA's top-left sense: transformers decides that.
         and (attention_mask is not None or rows == 1)
-        and (attention_mask is None or attention_mask.shape[1] == 1)  # a mask shared by the heads
+        # A mask shared by the heads, with a row per query (not one broadcast over them), as the rows it repeats.
+        and (attention_mask is None or (attention_mask.shape[1] == 1 and attention_mask.shape[2] == rows))
         and kwargs.get("position_bias") is None
         and kwargs.get("softcap") is None
         and not kwargs.get("output_attentions", False)
