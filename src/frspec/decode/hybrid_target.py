@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from frspec.decode.kv_cache import is_prefix_path
 from frspec.errors import FrspecError
-from frspec.models.attention import ARBITRARY_MASK_ATTENTION
+from frspec.models.attention import check_mask_implementation
 
 
 def is_hybrid(model: torch.nn.Module) -> bool:
@@ -44,9 +44,7 @@ def is_hybrid(model: torch.nn.Module) -> bool:
 
 def check_hybrid_tree_support(model: torch.nn.Module, what: str = "the target") -> None:
     """Trees on a hybrid target: its attention layers must apply a 4D mask as given (ARBITRARY_MASK_ATTENTION)."""
-    impl = getattr(model.config, "_attn_implementation", None)
-    if impl is not None and impl not in ARBITRARY_MASK_ATTENTION:
-        raise FrspecError(f"token trees need eager or sdpa attention, but {what} uses {impl!r}")
+    check_mask_implementation(model.config, what)
 
 
 def _linear_modules(model: torch.nn.Module) -> list[tuple[int, torch.nn.Module]]:

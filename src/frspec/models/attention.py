@@ -55,6 +55,11 @@ def check_arbitrary_masks(config, what: str = "the model") -> None:
         other = sorted(kinds - TREE_LAYER_KINDS)
         raise FrspecError(f"token trees need full or sliding-window attention in every layer, but {what} has "
                           f"{', '.join(other)} layers")
+    check_mask_implementation(config, what)
+
+
+def check_mask_implementation(config, what: str = "the model") -> None:
+    """Refuse a `config` whose attention implementation does not apply a given 4D mask (ARBITRARY_MASK_ATTENTION)."""
     impl = getattr(config, "_attn_implementation", None)
     if impl is not None and impl not in ARBITRARY_MASK_ATTENTION:
         raise FrspecError(
