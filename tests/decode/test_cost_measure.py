@@ -120,7 +120,7 @@ def test_the_measurement_has_per_context_tables_for_target_and_draft_model(pair)
     assert costs.target_costs == costs.target_by_context[32]  # the flat tables are the shortest context's
     assert set(costs.draft_base_by_context) == {32, 128, 512}
     assert costs.draft_base_by_context[32][1] == pytest.approx(costs.draft_base_costs[1])
-    # The draft model's forward over 64 rows too (catching up after plain steps) and over 256, 512 and 1024 (a
+    # The draft model's forward over 64 rows too (catching up after plain steps) and over 128, 256, 512 and 1024 (a
     # window, a long prompt's prefill), in every context's table, never cheaper for more rows.
     widths = [1, cost_measure.CATCH_UP_ROWS, *cost_measure.PREFILL_ROWS]
     assert sorted(costs.draft_base_costs) == widths
@@ -193,7 +193,8 @@ def test_only_the_prefill_widths_are_kept_from_bending_the_catch_up_curve_down(m
     monkeypatch.setenv(wide_linear.ENV, "1")
     wide_linear.fp32_is_faster.cache_clear()
     bend = wide_linear.WIDE_ROWS
-    timed = {1: 0.1, bend - 1: 3.0, bend: 1.0, cost_measure.CATCH_UP_ROWS: 2.0, 256: 1.2, 512: 1.5, 1024: 6.0}
+    timed = {1: 0.1, bend - 1: 3.0, bend: 1.0, cost_measure.CATCH_UP_ROWS: 2.0, 128: 2.5, 256: 1.2, 512: 1.5,
+             1024: 6.0}
     real = cost_measure.measure_row_costs_by_context
 
     def draft_widths_timed_as_above(model, rows, contexts, *args, **kwargs):
@@ -213,7 +214,8 @@ def test_only_the_prefill_widths_are_kept_from_bending_the_catch_up_curve_down(m
     extra = {n: costs.draft_base_costs[n] - costs.draft_base_costs[1] for n in timed if n != 1}
     assert extra[bend - 1] == pytest.approx(2.9) and extra[bend] == pytest.approx(0.9)  # the bend, as timed
     assert extra[cost_measure.CATCH_UP_ROWS] == pytest.approx(1.9)
-    assert extra[256] == pytest.approx(1.9) and extra[512] == pytest.approx(1.9)  # raised to 64's
+    assert extra[128] == pytest.approx(2.4)  # dearer than 64 rows: as timed
+    assert extra[256] == pytest.approx(2.4) and extra[512] == pytest.approx(2.4)  # raised to 128's
     assert extra[1024] == pytest.approx(5.9)
 
 
@@ -221,7 +223,7 @@ def test_a_draft_model_is_timed_over_a_prefill_only_as_long_as_its_positions_all
     target, draft = pair
     draft.config.max_position_embeddings = 600
     costs = measure_step_costs(target, DraftModelDrafter(draft), sizes=(VOCAB,), max_rows=3, contexts=(32,))
-    assert sorted(costs.draft_base_costs) == [1, cost_measure.CATCH_UP_ROWS, 256, 512]  # 1024 rows would not fit
+    assert sorted(costs.draft_base_costs) == [1, cost_measure.CATCH_UP_ROWS, 128, 256, 512]  # 1024 would not fit
 
 
 def test_contexts_are_those_the_models_positions_allow(pair):

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from transformers import Qwen2ForCausalLM
 
+from frspec.models import wide_linear
+
 from tests.models.tiny_gguf_models import write_tiny_gguf
 
 
@@ -23,3 +25,16 @@ def tiny_gguf(tmp_path) -> tuple[Path, Qwen2ForCausalLM]:
     path = tmp_path / "gguf" / "tiny-qwen2.gguf"
     path.parent.mkdir()
     return path, write_tiny_gguf(path)
+
+
+@pytest.fixture
+def widen(monkeypatch):
+    """Force the machine's answer to whether wide half-precision calls go through fp32 (models/wide_linear.py; the
+    measurement is per process and cached)."""
+
+    def set_to(on: bool) -> None:
+        monkeypatch.setenv(wide_linear.ENV, "1" if on else "0")
+        wide_linear.fp32_is_faster.cache_clear()
+
+    yield set_to
+    wide_linear.fp32_is_faster.cache_clear()

@@ -267,7 +267,7 @@ def test_a_prefills_dequantized_int4_weight_is_the_kernels_weight(dtype, monkeyp
     lin = _linear(176, 96, dtype=dtype)  # 176 rows: two full 64-row blocks and a short one
     layer = quantize_linear(lin, "int4")
     expected = layer._unpacked().dequantize()  # in fp32
-    got = layer._dequantized(dtype)
+    got = layer._dequantized(dtype, torch.zeros(1, 96, dtype=dtype))
     assert got.dtype == dtype and got.shape == expected.shape
     torch.testing.assert_close(got.float(), expected, rtol=2 ** -8 if dtype == torch.bfloat16 else 1e-6, atol=1e-6)
 

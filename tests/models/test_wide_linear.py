@@ -15,18 +15,6 @@ from frspec.models.quant import quantize_linear
 from tests.models.tiny_gguf_models import logits, tiny_qwen2
 
 
-@pytest.fixture
-def widen(monkeypatch):
-    """Force the machine's answer (the measurement is per process and cached)."""
-
-    def set_to(on: bool) -> None:
-        monkeypatch.setenv(W.ENV, "1" if on else "0")
-        W.fp32_is_faster.cache_clear()
-
-    yield set_to
-    W.fp32_is_faster.cache_clear()
-
-
 def _inputs(rows: int, dtype=torch.bfloat16):
     gen = torch.Generator().manual_seed(rows)
     return (torch.randn(rows, 48, generator=gen).to(dtype), torch.randn(40, 48, generator=gen).to(dtype),

@@ -50,19 +50,22 @@ from frspec.paths import cache_dir
 
 log = logging.getLogger(__name__)  # the `frspec` command prints its records on stderr (cli.py)
 
-CACHE_VERSION = 8  # 2: per-context target and draft costs; the drafter head's weight format in the key; 3: a draft
+CACHE_VERSION = 9  # 2: per-context target and draft costs; the drafter head's weight format in the key; 3: a draft
 # model's forward over CATCH_UP_ROWS rows; 4: wide half-precision calls through fp32 (models/wide_linear.py);
 # 5: a draft model's forward over PREFILL_ROWS rows; 6: one-row half-precision calls on the faster kernel
 # (models/one_row_linear.py); 7: int4 prefills dequantize from 256 rows (models/quant_kernels.py), and a draft model's
 # forward is timed over 256 rows too, and every width twice, the faster kept (a stall only adds time); 8: one entry
-# per pair and drafted shape, serving every map size and row count it was measured for (named in its provenance)
+# per pair and drafted shape, serving every map size and row count it was measured for (named in its provenance);
+# 9: int4 prefills dequantize straight to fp32 into a reused buffer, from 128 rows where calls widen
+# (models/call_weight.py), and a draft model's forward is timed over 128 rows too
 # A draft model is also timed over this many rows at once: what it pays to catch up after plain steps or to prefill
 # a prompt (StepCosts.catch_up_s), which the controller weighs before drafting (decode/controller.py).
 CATCH_UP_ROWS = 64
-# ... and, twice each, over these many (a long prompt's prefill; beyond the longest the curve goes on linearly). 256:
-# the shortest prompt window (decode/draft_model.py), and where an int4 drafter's calls start dequantizing
-# (quant_kernels.INT4_DEQUANT_ROWS), which a line from 64 rows to 512 would miss.
-PREFILL_ROWS = (256, 512, 1024)
+# ... and, twice each, over these many (a long prompt's prefill; beyond the longest the curve goes on linearly). 128
+# and 256: where an int4 drafter's calls start dequantizing (quant_kernels.INT4_DEQUANT_ROWS_WIDENED on a machine
+# whose wide calls go through fp32, INT4_DEQUANT_ROWS elsewhere), a step a line from 64 rows to 512 would miss; 256
+# is also the shortest prompt window (decode/draft_model.py).
+PREFILL_ROWS = (128, 256, 512, 1024)
 # Context lengths the target's (and a draft model's) forwards are timed after: a short prompt, a long one, a long
 # document (the controller interpolates in between and extrapolates beyond, decode/step_costs.py).
 CONTEXTS = (128, 512, 2048)

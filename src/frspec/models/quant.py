@@ -28,6 +28,7 @@ from torch import nn
 from frspec.errors import FrspecError
 from frspec.models import quant_kernels as K
 from frspec.models import wide_linear
+from frspec.models.call_weight import call_weight
 from frspec.vocab.draft_vocab import DraftVocab
 
 log = logging.getLogger(__name__)  # the `frspec` command prints its records on stderr (cli.py)
@@ -136,8 +137,10 @@ class Int4Linear(nn.Module):
             return wide_linear.linear(x, self.dequantized, self.bias)
         x2d = x.reshape(-1, self.in_features).contiguous()
         if self.kernel == K.CPU_INT4 and int4_dequantizes(x2d):
-            # A prefill: the float GEMM over the weight dequantized for this call.
-            y = wide_linear.linear(x2d, self._dequantized(x2d.dtype))
+            # A prefill: the float GEMM over the weight dequantized for this call, straight to fp32 where the call
+            # widens to fp32 anyway (models/wide_linear.py).
+            dtype = torch.float32 if wide_linear.is_wide(x2d) else x2d.dtype
+            y = wide_linear.linear(x2d, self._dequantized(dtype, x2d))
         else:
             y = K.int4_mm(self.kernel, x2d, self.packed, self.group_size, self.scales_and_zeros)
         if y.shape[-1] != self.out_features:
@@ -146,20 +149,24 @@ class Int4Linear(nn.Module):
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
 
-    def _dequantized(self, dtype: torch.dtype) -> torch.Tensor:
-        """The CPU packing's weight (padding rows included) in `dtype`, as the kernel computes it: (code - 8) *
-        scale + zero per group, one fused multiply-add rounded once to `dtype` (no fp32 copy of the weight). In
-        blocks of DEQUANT_BLOCK_ROWS rows, whose temporaries stay small: an 8960 x 1536 weight in 19 ms, 31 whole."""
+    def _dequantized(self, dtype: torch.dtype, x: torch.Tensor) -> torch.Tensor:
+        """The CPU packing's weight (padding rows included) in `dtype`, as the kernel computes it, (code - 8) * scale
+        + zero per group with its scale and zero in the activations' dtype, for one call with input `x`: in the
+        reused buffer where autograd keeps no reference (models/call_weight.py). In blocks of DEQUANT_BLOCK_ROWS
+        rows, whose temporaries stay small. In a half dtype one fused multiply-add rounded once (no fp32 copy); in
+        fp32 (a call that widens, or an fp32 model) code * scale + (zero - 8 * scale) in place, two passes over the
+        block instead of addcmul's broadcast over groups, which ran 5x slower on the AVX2 EPYC."""
         rows = int(self.packed.shape[0])
-        out = torch.empty(rows, self.in_features // self.group_size, self.group_size, dtype=dtype,
-                          device=self.packed.device)
+        out = call_weight((rows, self.in_features // self.group_size, self.group_size), dtype, x)
         for start in range(0, rows, DEQUANT_BLOCK_ROWS):
             end = min(start + DEQUANT_BLOCK_ROWS, rows)
-            codes = K.unpack_int4_cpu(self.packed[start:end], self.in_features)
-            groups = codes.view(end - start, -1, self.group_size).to(dtype).sub_(8)  # -8..7: exact in any dtype
+            codes = K.unpack_int4_cpu(self.packed[start:end], self.in_features).view(end - start, -1, self.group_size)
             scale = self.scales_and_zeros[:, start:end, 0].t().to(dtype).contiguous()[..., None]
             zero = self.scales_and_zeros[:, start:end, 1].t().to(dtype).contiguous()[..., None]
-            torch.addcmul(zero, groups, scale, out=out[start:end])
+            if dtype == torch.float32:
+                out[start:end].copy_(codes).mul_(scale).add_(zero - 8 * scale)
+            else:
+                torch.addcmul(zero, codes.to(dtype).sub_(8), scale, out=out[start:end])  # -8..7: exact in any dtype
         return out.view(rows, self.in_features)
 
     def _unpacked(self) -> Int4Weight:
@@ -208,8 +215,10 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel == K.DEQUANT or x.numel() >= K.INT8_DEQUANT_ROWS * self.in_features:
             # No weight-only int8 kernel on this device, or a prefill (quant_kernels.INT8_DEQUANT_ROWS): dequantize
-            # per call.
-            y = wide_linear.linear(x, self.values.to(x.dtype)) * self.scale
+            # per call, straight to fp32 where the call widens anyway (int8 values are exact in either), into the
+            # reused buffer (models/call_weight.py).
+            dtype = torch.float32 if wide_linear.is_wide(x) else x.dtype
+            y = wide_linear.linear(x, call_weight(tuple(self.values.shape), dtype, x).copy_(self.values)) * self.scale
         else:
             x2d = x.reshape(-1, self.in_features).contiguous()
             y = K.int8_mm(x2d, self.values, self.scale).reshape(*x.shape[:-1], self.out_features)

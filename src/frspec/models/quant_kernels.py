@@ -96,11 +96,12 @@ def pack_int4_cpu(codes: torch.Tensor) -> torch.Tensor:
 # multiply-add, 6 ms per 4864 x 896 weight and 19 ms per 8960 x 1536 on the AVX-512 EPYC (from 28 and 90 ms with the
 # general gather), so the dequantized GEMM wins from about 200-256 rows there (scripts/quant_prefill.py,
 # docs/quantization.md "Prefill"); int8: a cast, ~4 ms, from 128 rows (the 2-core Xeon). Where this machine's half
-# GEMM is slow and wide calls go through fp32 (the AVX2 EPYC: models/wide_linear.py), int4 keeps the 768 rows
-# measured before the faster unpacking: not re-measured on such a machine. All stay above the rows a decode step
-# verifies.
+# GEMM is slow and wide calls go through fp32 (the AVX2 EPYC: models/wide_linear.py), int4 dequantizes straight to
+# fp32 into a reused buffer (models/call_weight.py), and whole int4 prefills there run faster dequantized from about
+# 100 rows (the 1.5B target) and 140 (the 0.5B drafter): 128 (scripts/quant_prefill.py --model, docs/quantization.md).
+# All stay above the rows a decode step verifies.
 INT4_DEQUANT_ROWS = 256
-INT4_DEQUANT_ROWS_WIDENED = 768
+INT4_DEQUANT_ROWS_WIDENED = 128
 INT8_DEQUANT_ROWS = 128
 
 

@@ -2,12 +2,13 @@
 
 On a CPU without native bf16 arithmetic (the AVX2 EPYC: no AVX512_BF16, no AMX), PyTorch's bf16 GEMM over many
 rows runs several times slower than MKL's fp32 GEMM over the same rows, and a prompt's prefill is all such calls:
-the 1.5B target prefills 512 tokens at 7.9 tokens/s in bf16 there, 46.1 through fp32. A wide call (`WIDE_ROWS` rows or more: a
-prefill, a draft model catching up on tokens it missed, a large tree) therefore widens its input and weight to
-fp32 for the call, runs the fp32 GEMM and rounds the output back; narrow calls (decode steps, verifying k + 1
-rows) keep the half kernel, which is the cheaper one for a row or two. Widening is exact, so the result differs
-from the half GEMM's (which accumulates in fp32 too) only in summation order, as two half kernels would. The
-weight's fp32 copy lives for one call: memory stays one half-precision copy of the model.
+the 1.5B target prefills 512 tokens at 7.9 tokens/s in bf16 there, 46.1 through fp32. A wide call (`WIDE_ROWS` rows
+or more: a prefill, a draft model catching up on tokens it missed, a large tree) therefore widens its input and
+weight to fp32 for the call, runs the fp32 GEMM and rounds the output back; narrow calls (decode steps, verifying
+k + 1 rows) keep the half kernel, which is the cheaper one for a row or two. Widening is exact, so the result
+differs from the half GEMM's (which accumulates in fp32 too) only in summation order, as two half kernels would.
+The weight's fp32 copy lives for one call, in one buffer reused by every layer (models/call_weight.py: fresh pages
+cost more than the copy): memory stays one half-precision copy of the model and that buffer.
 
 Whether this machine gains is measured once per process and dtype (`fp32_is_faster`), never assumed from the
 CPU's name: on a CPU with native bf16 the half GEMM stays. `FRSPEC_WIDE_FP32=0` (or 1) overrides the
@@ -24,6 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from frspec.models import one_row_linear
+from frspec.models.call_weight import widened
 from frspec.models.dtypes import HALF_DTYPES
 from frspec.models.kernel_timing import alternated_medians
 
@@ -67,7 +69,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """F.linear, through fp32 for a wide half-precision call on a machine where that is faster (`is_wide`), and a
     one-row call on PyTorch's own kernel where oneDNN's is the slower (models/one_row_linear.py)."""
     if is_wide(x):
-        y = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+        # The fp32 weight lives for this call: in the reused buffer (models/call_weight.py), not fresh pages.
+        y = F.linear(x.float(), widened(weight, x), None if bias is None else bias.float())
         return y.to(x.dtype)
     if one_row_linear.applies(x):
         return one_row_linear.linear(x, weight, bias)
