@@ -30,6 +30,19 @@ def test_the_buffer_is_reused_grown_and_skipped_where_autograd_or_size_forbid(mo
     assert C.call_weight((64, 64), torch.float32, torch.zeros(1)).data_ptr() != grown.data_ptr()
 
 
+def test_each_thread_has_its_own_buffer():
+    import threading
+
+    x = torch.zeros(1)
+    here = C.call_weight((4, 8), torch.float32, x).data_ptr()
+    there = []
+    thread = threading.Thread(target=lambda: there.append(C.call_weight((4, 8), torch.float32, x).data_ptr()))
+    thread.start()
+    thread.join()
+    assert there and there[0] != here
+    assert C.call_weight((4, 8), torch.float32, x).data_ptr() == here  # this thread's buffer is still its own
+
+
 def _layers(quant: str, dtype: torch.dtype) -> list[nn.Module]:
     torch.manual_seed(0)
     return [quantize_linear(nn.Linear(64, n, bias=True).to(dtype), quant) for n in (96, 48)]

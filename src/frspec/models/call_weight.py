@@ -8,13 +8,16 @@ zero-fills every page at its first touch, every call again. On the 2-core AMD EP
 so the 0.5B drafter's int4 prefill paid about 1.5 s before its first token's GEMMs (scripts/quant_prefill.py
 `--model`).
 
-`call_weight` hands out a view of one buffer per (dtype, device), grown to the largest weight asked for up to
-`MAX_BYTES`; a larger weight gets a fresh tensor, as before. The view is valid until the next call: the caller uses it
-for one matmul and drops it. Nothing is reused where autograd may keep the weight for a backward pass (grad mode on,
-and the input or the weight requiring grad), so training never sees it overwritten.
+`call_weight` hands out a view of one buffer per (dtype, device) and thread, grown to the largest weight asked for up
+to `MAX_BYTES`; a larger weight gets a fresh tensor, as before. The view is valid until the thread's next call: the
+caller uses it for one matmul and drops it; models run from two threads at once never share one. Nothing is reused
+where autograd may keep the weight for a backward pass (grad mode on, and the input or the weight requiring grad),
+so training never sees it overwritten.
 """
 
 from __future__ import annotations
+
+import threading
 
 import torch
 
@@ -23,7 +26,7 @@ import torch
 # one-off allocations.
 MAX_BYTES = 320 << 20
 
-_buffers: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+_local = threading.local()  # .buffers: {(dtype, device): the kept buffer}, per thread
 
 
 def _reusable(*tensors: torch.Tensor) -> bool:
@@ -33,7 +36,7 @@ def _reusable(*tensors: torch.Tensor) -> bool:
 
 def call_weight(shape: tuple[int, ...], dtype: torch.dtype, x: torch.Tensor) -> torch.Tensor:
     """An uninitialised tensor of `shape` for the weight of one call with input `x` (on its device): a view of the
-    kept buffer (overwritten by the next call_weight of its dtype and device) or, past MAX_BYTES or where autograd
+    kept buffer (overwritten by this thread's next call_weight of its dtype and device) or, past MAX_BYTES or where autograd
     could keep it, a fresh tensor."""
     numel = 1
     for size in shape:
@@ -41,11 +44,12 @@ def call_weight(shape: tuple[int, ...], dtype: torch.dtype, x: torch.Tensor) -> 
     device = x.device
     if numel * torch.empty((), dtype=dtype).element_size() > MAX_BYTES or not _reusable(x):
         return torch.empty(shape, dtype=dtype, device=device)
+    buffers = _local.__dict__.setdefault("buffers", {})
     key = (dtype, device)
-    buffer = _buffers.get(key)
+    buffer = buffers.get(key)
     if buffer is None or buffer.numel() < numel:
-        _buffers.pop(key, None)  # free the smaller one first: never both held at once
-        buffer = _buffers[key] = torch.empty(numel, dtype=dtype, device=device)
+        buffers.pop(key, None)  # free the smaller one first: never both held at once
+        buffer = buffers[key] = torch.empty(numel, dtype=dtype, device=device)
     return buffer[:numel].view(shape)
 
 
