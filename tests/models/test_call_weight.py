@@ -43,6 +43,31 @@ def test_each_thread_has_its_own_buffer():
     assert C.call_weight((4, 8), torch.float32, x).data_ptr() == here  # this thread's buffer is still its own
 
 
+@pytest.mark.parametrize("first", ["inference_mode", "no_grad"])
+def test_the_buffer_is_written_in_and_out_of_inference_mode(first, widen):
+    """A buffer first made under inference mode is written outside it, and the other way round (an inference tensor
+    would refuse the in-place write outside); in a thread of its own, so the buffer is made here."""
+    widen(True)
+    modes = {"inference_mode": torch.inference_mode, "no_grad": torch.no_grad}
+    errors = []
+
+    def calls():
+        try:
+            for mode in (first, "no_grad" if first == "inference_mode" else "inference_mode", first):
+                with modes[mode]():
+                    C.call_weight((4, 8), torch.float32, torch.zeros(1)).fill_(1.0)
+                    W.linear(torch.ones(W.WIDE_ROWS, 8).to(torch.bfloat16), torch.ones(4, 8).to(torch.bfloat16))
+        except RuntimeError as e:
+            errors.append(e)
+
+    import threading
+
+    thread = threading.Thread(target=calls)
+    thread.start()
+    thread.join()
+    assert not errors, errors
+
+
 def _layers(quant: str, dtype: torch.dtype) -> list[nn.Module]:
     torch.manual_seed(0)
     return [quantize_linear(nn.Linear(64, n, bias=True).to(dtype), quant) for n in (96, 48)]

@@ -36,8 +36,10 @@ def _reusable(*tensors: torch.Tensor) -> bool:
 
 def call_weight(shape: tuple[int, ...], dtype: torch.dtype, x: torch.Tensor) -> torch.Tensor:
     """An uninitialised tensor of `shape` for the weight of one call with input `x` (on its device): a view of the
-    kept buffer (overwritten by this thread's next call_weight of its dtype and device) or, past MAX_BYTES or where autograd
-    could keep it, a fresh tensor."""
+    kept buffer (overwritten by this thread's next call_weight of its dtype and device) or, past MAX_BYTES or where
+    autograd could keep it, a fresh tensor. The buffer is a normal tensor even when made under inference mode: an
+    inference tensor could not be written outside it (the engine decodes under inference mode, a user's code may
+    not)."""
     numel = 1
     for size in shape:
         numel *= int(size)
@@ -49,7 +51,8 @@ def call_weight(shape: tuple[int, ...], dtype: torch.dtype, x: torch.Tensor) -> 
     buffer = buffers.get(key)
     if buffer is None or buffer.numel() < numel:
         buffers.pop(key, None)  # free the smaller one first: never both held at once
-        buffer = buffers[key] = torch.empty(numel, dtype=dtype, device=device)
+        with torch.inference_mode(False):  # a normal tensor, writable in and out of inference mode alike
+            buffer = buffers[key] = torch.empty(numel, dtype=dtype, device=device)
     return buffer[:numel].view(shape)
 
 
