@@ -17,6 +17,7 @@ so training never sees it overwritten.
 
 from __future__ import annotations
 
+import math
 import threading
 
 import torch
@@ -40,11 +41,9 @@ def call_weight(shape: tuple[int, ...], dtype: torch.dtype, x: torch.Tensor) -> 
     autograd could keep it, a fresh tensor. The buffer is a normal tensor even when made under inference mode: an
     inference tensor could not be written outside it (the engine decodes under inference mode, a user's code may
     not)."""
-    numel = 1
-    for size in shape:
-        numel *= int(size)
+    numel = math.prod(shape)
     device = x.device
-    if numel * torch.empty((), dtype=dtype).element_size() > MAX_BYTES or not _reusable(x):
+    if numel * dtype.itemsize > MAX_BYTES or not _reusable(x):
         return torch.empty(shape, dtype=dtype, device=device)
     buffers = _local.__dict__.setdefault("buffers", {})
     key = (dtype, device)
